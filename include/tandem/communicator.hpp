@@ -1,0 +1,183 @@
+#pragma once
+/// @file communicator.hpp
+/// The Communicator (process group): every collective, blocking and asynchronous,
+/// over shared memory between ranks of one host and TCP between hosts.
+///
+/// Rules, as in NCCL and Gloo:
+///  - every rank calls the same collectives, in the same order, with matching
+///    dtype/count/root; collectives on one communicator run in call order;
+///  - send/recv are ordered with the collectives of the same communicator;
+///  - nothing waits forever: every operation has a deadline (TANDEM_TIMEOUT, default 600 s);
+///  - when a peer dies or fails, every pending and later operation fails with
+///    Error(PeerLost) naming that peer: the communicator is poisoned and must be rebuilt.
+
+#include <tandem/error.hpp>
+#include <tandem/store.hpp>
+#include <tandem/types.hpp>
+#include <tandem/work.hpp>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tandem {
+
+/// The operations a Communicator offers.
+enum class CollectiveKind : std::uint8_t {
+  allreduce,
+  broadcast,
+  reduce,
+  allgather,
+  allgatherv,
+  reduce_scatter,
+  alltoall,
+  gather,
+  scatter,
+  send,
+  recv,
+  barrier,
+};
+std::string_view to_string(CollectiveKind k) noexcept;
+std::optional<CollectiveKind> parse_collective(std::string_view name) noexcept;
+
+/// Options fixed when a communicator is created. Defaults come from TANDEM_* settings.
+struct CommOptions {
+  /// Deadline of every operation (TANDEM_TIMEOUT).
+  std::optional<std::chrono::milliseconds> timeout;
+  /// Force shared memory off (TANDEM_SHM_DISABLE); ranks on one host then use TCP.
+  std::optional<bool> shm_disable;
+  /// Force one algorithm name for every collective that supports it (TANDEM_ALGO).
+  std::optional<std::string> algorithm;
+  /// Namespace of this communicator's keys in the store (default derived from the restart round).
+  std::string store_prefix;
+};
+
+/// Per-call options.
+struct CallOptions {
+  /// Deadline of this call instead of the communicator's timeout.
+  std::optional<Deadline> deadline;
+  /// Algorithm for this call (overrides TANDEM_ALGO); the call fails with InvalidArgument
+  /// if that algorithm does not support it.
+  std::string_view algorithm;
+};
+
+/// A group of `size()` processes that communicate. Create it with create() or from_env().
+class Communicator {
+ public:
+  /// Joins a group of `size` ranks that rendezvous through `store`. Blocks until every rank
+  /// has joined and connections are established, or the timeout passes.
+  static std::shared_ptr<Communicator> create(std::shared_ptr<store::Store> store, int rank,
+                                              int size, CommOptions options = {});
+
+  /// Creates the world communicator from the launcher's environment: tandemrun and torchrun
+  /// (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), Slurm's srun
+  /// (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, ...) and mpirun (OMPI_COMM_WORLD_*, PMI_*).
+  /// Rank 0 hosts the store at MASTER_ADDR:MASTER_PORT unless a launcher already hosts one.
+  static std::shared_ptr<Communicator> from_env(CommOptions options = {});
+
+  /// Says goodbye to the peers (so that ranks which exit normally are not reported as lost)
+  /// and releases every resource. Pending asynchronous work is failed with Aborted.
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const noexcept;
+  int size() const noexcept;
+  /// Rank among the ranks of this host, and how many ranks this host has.
+  int local_rank() const noexcept;
+  int local_size() const noexcept;
+
+  // ---- allreduce: out[i] = op over ranks of in[i] (in == out for in-place) ------------
+  void allreduce(BufferView buf, ReduceOp op = ReduceOp::sum, const CallOptions& o = {});
+  void allreduce(BufferView in, BufferView out, ReduceOp op, const CallOptions& o = {});
+  std::shared_ptr<Work> allreduce_async(BufferView in, BufferView out, ReduceOp op,
+                                        const CallOptions& o = {});
+
+  // ---- broadcast: root's buffer to every rank -------------------------------------------
+  void broadcast(BufferView buf, int root, const CallOptions& o = {});
+  /// Out-of-place: `in` is read on the root only, every rank receives into `out`.
+  void broadcast(BufferView in, BufferView out, int root, const CallOptions& o = {});
+  std::shared_ptr<Work> broadcast_async(BufferView in, BufferView out, int root,
+                                        const CallOptions& o = {});
+
+  // ---- reduce: the reduction lands in root's `out` (other ranks' `out` is untouched) ----
+  void reduce(BufferView in, BufferView out, ReduceOp op, int root, const CallOptions& o = {});
+  std::shared_ptr<Work> reduce_async(BufferView in, BufferView out, ReduceOp op, int root,
+                                     const CallOptions& o = {});
+
+  // ---- allgather: out = concat over ranks of in (out.count = size() * in.count) ---------
+  /// In-place when in.data == out.data + rank() * in.bytes().
+  void allgather(BufferView in, BufferView out, const CallOptions& o = {});
+  std::shared_ptr<Work> allgather_async(BufferView in, BufferView out, const CallOptions& o = {});
+
+  /// Variable counts: rank r contributes counts[r] elements; out holds them back to back.
+  void allgatherv(BufferView in, BufferView out, std::span<const std::size_t> counts,
+                  const CallOptions& o = {});
+  std::shared_ptr<Work> allgatherv_async(BufferView in, BufferView out,
+                                         std::span<const std::size_t> counts,
+                                         const CallOptions& o = {});
+
+  // ---- reduce_scatter: rank r gets block r of the reduction (in.count = size()*out.count)
+  /// In-place when out.data == in.data + rank() * out.bytes().
+  void reduce_scatter(BufferView in, BufferView out, ReduceOp op, const CallOptions& o = {});
+  std::shared_ptr<Work> reduce_scatter_async(BufferView in, BufferView out, ReduceOp op,
+                                             const CallOptions& o = {});
+
+  // ---- alltoall: block j of in goes to rank j, arriving as block rank() of its out -----
+  void alltoall(BufferView in, BufferView out, const CallOptions& o = {});
+  std::shared_ptr<Work> alltoall_async(BufferView in, BufferView out, const CallOptions& o = {});
+
+  // ---- gather / scatter -------------------------------------------------------------------
+  /// root's out (size() * in.count elements) receives every rank's in.
+  void gather(BufferView in, BufferView out, int root, const CallOptions& o = {});
+  std::shared_ptr<Work> gather_async(BufferView in, BufferView out, int root,
+                                     const CallOptions& o = {});
+  /// Block r of root's in (size() * out.count elements) lands in rank r's out.
+  void scatter(BufferView in, BufferView out, int root, const CallOptions& o = {});
+  std::shared_ptr<Work> scatter_async(BufferView in, BufferView out, int root,
+                                      const CallOptions& o = {});
+
+  // ---- point to point (ordered with the collectives of this communicator) ---------------
+  void send(BufferView buf, int peer, std::uint32_t tag = 0, const CallOptions& o = {});
+  void recv(BufferView buf, int peer, std::uint32_t tag = 0, const CallOptions& o = {});
+  std::shared_ptr<Work> send_async(BufferView buf, int peer, std::uint32_t tag = 0,
+                                   const CallOptions& o = {});
+  std::shared_ptr<Work> recv_async(BufferView buf, int peer, std::uint32_t tag = 0,
+                                   const CallOptions& o = {});
+
+  // ---- barrier ------------------------------------------------------------------------------
+  void barrier(const CallOptions& o = {});
+  std::shared_ptr<Work> barrier_async(const CallOptions& o = {});
+
+  /// Collective over this communicator: ranks with the same `color` form a new communicator,
+  /// ordered by (key, rank). Returns nullptr for color < 0.
+  std::shared_ptr<Communicator> split(int color, int key);
+
+  /// Fails every pending and later operation with Error(Aborted) carrying `reason`, and tells
+  /// the peers, which fail theirs with Error(Aborted) naming this rank.
+  void abort(std::string_view reason);
+  /// True once the communicator failed or was aborted; error() says why.
+  bool poisoned() const noexcept;
+  std::exception_ptr error() const;
+
+  /// "shm" or "tcp": how this rank reaches `peer` ("self" for its own rank).
+  std::string_view transport_to(int peer) const;
+  /// Name of the algorithm the selector would run for this call shape (tools, debugging).
+  std::string_view algorithm_for(CollectiveKind kind, std::size_t bytes) const;
+  /// The communicator's default timeout.
+  std::chrono::milliseconds timeout() const noexcept;
+  /// The store this communicator rendezvoused through.
+  const std::shared_ptr<store::Store>& store() const noexcept;
+
+  struct Impl;
+
+ private:
+  explicit Communicator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tandem

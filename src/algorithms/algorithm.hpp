@@ -1,0 +1,96 @@
+#pragma once
+// Algorithms: one per file, written only against transport::Mesh. The selector asks each
+// registered algorithm of a collective, in order of preference for the call's size,
+// whether it supports() the call; TANDEM_ALGO (or CallOptions::algorithm) moves one to
+// the front.
+
+#include "transport/mesh.hpp"
+
+#include <tandem/communicator.hpp>
+#include <tandem/types.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace tandem::algorithms {
+
+/// Everything an algorithm needs to know about one collective call.
+struct Call {
+  CollectiveKind kind = CollectiveKind::allreduce;
+  BufferView in;    ///< input (ignored where the collective has none on this rank)
+  BufferView out;   ///< output
+  ReduceOp op = ReduceOp::sum;
+  int root = 0;     ///< broadcast/reduce/gather/scatter; the peer for send/recv
+  std::span<const std::size_t> counts;  ///< allgatherv: elements per rank
+  std::uint64_t seq = 0;    ///< collective sequence number on this communicator
+  std::uint32_t tag = 0;    ///< fingerprint of (kind, dtype, count, root, seq): every message carries it
+  Deadline deadline = Deadline::max();
+
+  bool in_place() const noexcept { return in.data == out.data; }
+};
+
+/// Scratch memory owned by the communicator and reused across calls (never shrinks).
+class Scratch {
+ public:
+  /// At least `bytes` bytes, 64-byte aligned; valid until the next call to get().
+  std::byte* get(std::size_t bytes);
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const noexcept;
+  };
+  std::unique_ptr<std::byte, Free> data_;
+  std::size_t size_ = 0;
+};
+
+/// What an algorithm runs against.
+struct Context {
+  transport::Mesh& mesh;
+  Scratch& scratch;
+  /// Target chunk size for pipelining (bytes, multiple of 64).
+  std::size_t chunk_bytes = 1u << 20;
+};
+
+class Algorithm {
+ public:
+  virtual ~Algorithm() = default;
+  /// Short name, as TANDEM_ALGO spells it ("ring", "recursive_doubling", "tree", ...).
+  virtual std::string_view name() const noexcept = 0;
+  virtual CollectiveKind kind() const noexcept = 0;
+  /// False when this algorithm cannot run `call` on a group of `world` ranks.
+  virtual bool supports(const Call& call, int world) const noexcept = 0;
+  /// Runs the call to completion (or throws). Must work for count 0 and for any world size
+  /// it claims to support.
+  virtual void run(const Call& call, Context& ctx) const = 0;
+};
+
+/// Registry of every algorithm, and the selector.
+class Registry {
+ public:
+  /// The process-wide registry with every built-in algorithm.
+  static const Registry& builtin();
+
+  /// Every algorithm of `kind`, in registration order.
+  std::vector<const Algorithm*> of(CollectiveKind kind) const;
+  /// The algorithm named `name` for `kind`, or nullptr.
+  const Algorithm* find(CollectiveKind kind, std::string_view name) const;
+  /// The algorithm to run: `forced` (if non-empty and it supports the call; throws
+  /// InvalidArgument if it does not exist or does not support the call when `strict`), else
+  /// the default choice by size and world size.
+  const Algorithm& select(const Call& call, int world, std::string_view forced, bool strict) const;
+
+  void add(std::unique_ptr<Algorithm> a);
+
+ private:
+  std::vector<std::unique_ptr<Algorithm>> all_;
+};
+
+/// 32-bit fingerprint carried by every message of a call.
+std::uint32_t fingerprint(CollectiveKind kind, DataType dtype, std::size_t count, int root,
+                          std::uint64_t seq) noexcept;
+
+}  // namespace tandem::algorithms

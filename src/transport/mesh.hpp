@@ -1,0 +1,157 @@
+#pragma once
+// The seam between algorithms and transports. An algorithm sees only Mesh: it posts
+// Requests to peers and waits on them. It cannot tell whether a peer is reached through
+// shared memory or TCP.
+//
+// Semantics
+//  - Between two ranks, messages in one direction are matched in FIFO order: the k-th send
+//    from A to B completes B's k-th posted receive from A. There is no tag matching: the
+//    tag travels with the message and a receive whose tag or size differs from the incoming
+//    message fails with Error(Mismatch) naming the peer (this is how mismatched collectives
+//    are caught instead of hanging).
+//  - A Request is owned by the caller and must outlive its completion, or the Mesh must have
+//    been aborted. The Mesh never allocates per Request.
+//  - Progress is made only by the thread inside wait()/test(): there are no background
+//    progress threads. wait() spins briefly (TANDEM_SPIN_TIME), then blocks (futex for shm,
+//    poll for tcp) in slices, watching every peer's liveness, until the deadline.
+//  - Any transport failure (peer died, reset, abort frame, protocol violation) throws an
+//    Error naming the peer; the Mesh is then poisoned: every later post/wait throws the same
+//    error until it is destroyed. Requests pending at that moment are dropped (never touched
+//    again), so the caller's stack may unwind safely.
+
+#include <tandem/error.hpp>
+#include <tandem/types.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace tandem::store {
+class Store;
+}
+
+namespace tandem::transport {
+
+enum class RequestKind : std::uint8_t {
+  send,         ///< send `bytes` from `src`
+  recv,         ///< receive `bytes` into `dst`
+  recv_reduce,  ///< dst[i] = src[i] op incoming[i] for `bytes / dtype_size` elements; dst may be src
+};
+
+/// One posted point-to-point operation.
+struct Request {
+  RequestKind kind = RequestKind::send;
+  int peer = -1;
+  std::uint32_t tag = 0;
+  const void* src = nullptr;
+  void* dst = nullptr;
+  std::size_t bytes = 0;
+  DataType dtype = DataType::u8;  ///< recv_reduce only
+  ReduceOp op = ReduceOp::sum;    ///< recv_reduce only (avg reduces as sum; the algorithm divides)
+
+  // ---- owned by the transport while posted ----
+  std::size_t done = 0;       ///< bytes moved so far
+  bool complete = false;      ///< set once, by the transport
+  Request* next = nullptr;    ///< intrusive FIFO link
+  std::uint64_t priv[2] = {};  ///< transport-private progress state
+
+  static Request make_send(int peer, std::uint32_t tag, const void* src, std::size_t bytes) {
+    Request r;
+    r.kind = RequestKind::send;
+    r.peer = peer;
+    r.tag = tag;
+    r.src = src;
+    r.bytes = bytes;
+    return r;
+  }
+  static Request make_recv(int peer, std::uint32_t tag, void* dst, std::size_t bytes) {
+    Request r;
+    r.kind = RequestKind::recv;
+    r.peer = peer;
+    r.tag = tag;
+    r.dst = dst;
+    r.bytes = bytes;
+    return r;
+  }
+  static Request make_recv_reduce(int peer, std::uint32_t tag, void* dst, const void* local,
+                                  std::size_t count, DataType dtype, ReduceOp op) {
+    Request r;
+    r.kind = RequestKind::recv_reduce;
+    r.peer = peer;
+    r.tag = tag;
+    r.dst = dst;
+    r.src = local;
+    r.bytes = count * dtype_size(dtype);
+    r.dtype = dtype;
+    r.op = op;
+    return r;
+  }
+};
+
+/// Which transport a peer is reached through.
+enum class Link : std::uint8_t { self, shm, tcp };
+std::string_view to_string(Link l) noexcept;
+
+/// Where a rank lives (published through the store at connection time).
+struct PeerInfo {
+  int rank = -1;
+  std::string host;    ///< hostname
+  std::string host_id; ///< hostname + boot id + network namespace: equal means same host
+  int pid = 0;
+};
+
+/// The fully connected set of point-to-point links of one communicator.
+class Mesh {
+ public:
+  virtual ~Mesh() = default;
+
+  virtual int rank() const noexcept = 0;
+  virtual int size() const noexcept = 0;
+  virtual Link link(int peer) const noexcept = 0;
+  virtual const PeerInfo& peer_info(int peer) const = 0;
+
+  /// Appends `r` to the peer's FIFO. Never blocks. A send to or receive from self is invalid.
+  virtual void post(Request& r) = 0;
+  /// Advances every posted request without blocking; true when all of `rs` are complete.
+  virtual bool test(std::span<Request* const> rs) = 0;
+  /// Progresses until every request in `rs` is complete. Throws Error(Timeout) at `deadline`
+  /// (naming the peers still owed data), Error(PeerLost) when a peer dies, Error(Mismatch)
+  /// on a tag/size mismatch, Error(Aborted) when a peer aborted.
+  virtual void wait(std::span<Request* const> rs, Deadline deadline) = 0;
+  void wait(Request& r, Deadline deadline) {
+    Request* p = &r;
+    wait(std::span<Request* const>(&p, 1), deadline);
+  }
+
+  /// Poisons the mesh with `error`, tells every peer (an abort frame carrying the message),
+  /// and drops every pending request. Idempotent; never throws.
+  virtual void abort(const Error& error) noexcept = 0;
+  /// The error that poisoned the mesh, or nullptr.
+  virtual std::exception_ptr error() const noexcept = 0;
+  /// Tells every peer that this rank leaves normally, then closes. Never throws.
+  virtual void close() noexcept = 0;
+};
+
+/// Options of a Mesh, normally filled from TANDEM_* settings by the communicator.
+struct MeshOptions {
+  bool shm_disable = false;                       ///< TANDEM_SHM_DISABLE
+  std::string socket_ifname;                      ///< TANDEM_SOCKET_IFNAME (empty: auto)
+  std::string token;                              ///< TANDEM_STORE_TOKEN: authenticates peers
+  std::chrono::nanoseconds spin_time{std::chrono::microseconds(50)};  ///< TANDEM_SPIN_TIME
+  std::size_t shm_buffer_bytes = 4u << 20;        ///< TANDEM_BUFFSIZE: per shm channel
+  int sockets_per_peer = 1;                       ///< TANDEM_SOCKETS_PER_PEER (tcp data streams)
+  std::chrono::milliseconds connect_timeout{std::chrono::minutes(10)};
+};
+
+/// Connects `rank` to every other rank of the group through `store` (whose keys must
+/// already be namespaced for this communicator), choosing shm for peers on the same host
+/// and tcp otherwise. Blocks until every link is up or the timeout passes.
+std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
+                                   const MeshOptions& options);
+
+}  // namespace tandem::transport
