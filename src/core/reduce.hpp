@@ -8,13 +8,17 @@
 
 namespace tandem::core {
 
-/// dst[i] = a[i] op b[i] for i < count. dst may alias a or b exactly (not partially).
+/// dst[i] = a[i] op b[i] for i < count. dst may alias a or b exactly (not partially); any
+/// alignment and any count work, and nothing outside the `count` elements is read or written.
 /// ReduceOp::avg reduces as sum (divide() finishes it).
+/// - integers: sum and prod wrap modulo 2^bits (two's complement), as NCCL and Gloo do;
+/// - floating min/max return NaN when either input is NaN (as torch.minimum/maximum);
+/// - f16/bf16: widened to f32, reduced, rounded back to nearest even (NaN stays NaN).
 void reduce(void* dst, const void* a, const void* b, std::size_t count, DataType dtype,
             ReduceOp op) noexcept;
 
 /// dst[i] = dst[i] / divisor: the last step of ReduceOp::avg. Integers divide truncating
-/// toward zero; f16/bf16 divide in f32.
+/// toward zero; f16/bf16 divide in f32 and round once. divisor 0 or 1 leaves dst unchanged.
 void divide(void* dst, std::size_t count, DataType dtype, int divisor) noexcept;
 
 /// The instruction set the kernels dispatch to on this CPU ("AVX3", "AVX2", "SSE4", ...).

@@ -1,0 +1,111 @@
+// Reduction kernels against memcpy of the same size, on one core.
+//
+//   tandem-microbench --benchmark_filter=Reduce
+//
+// bytes_per_second counts one buffer's size per call (the "useful" bytes, as algbw does);
+// the "traffic" counter counts every byte the call moves through memory: a reduce reads two
+// buffers and writes one (3x), an in-place reduce reads two and writes one of them (3x),
+// memcpy reads one and writes one (2x).
+
+#include "core/reduce.hpp"
+
+#include <tandem/types.hpp>
+
+#include <benchmark/benchmark.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+namespace {
+
+using tandem::DataType;
+using tandem::ReduceOp;
+
+struct FreeDeleter {
+  void operator()(void* p) const noexcept { std::free(p); }
+};
+using Buffer = std::unique_ptr<std::byte, FreeDeleter>;
+
+// Page-aligned, touched (so first-touch page faults are not timed), filled with small values
+// that keep floating sums finite.
+Buffer make_buffer(std::size_t bytes, std::uint8_t fill) {
+  const std::size_t rounded = (bytes + 4095) / 4096 * 4096;
+  Buffer b(static_cast<std::byte*>(std::aligned_alloc(4096, rounded)));
+  if (!b) std::abort();
+  std::memset(b.get(), fill, rounded);
+  return b;
+}
+
+void set_counters(benchmark::State& state, std::size_t bytes, double traffic_factor) {
+  const auto iters = static_cast<double>(state.iterations());
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) *
+                          static_cast<std::int64_t>(bytes));
+  state.counters["traffic"] =
+      benchmark::Counter(iters * static_cast<double>(bytes) * traffic_factor,
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1024);
+}
+
+void BM_ReduceSum(benchmark::State& state, DataType dtype) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  const std::size_t count = bytes / tandem::dtype_size(dtype);
+  const Buffer a = make_buffer(bytes, 0x01), b = make_buffer(bytes, 0x01),
+               d = make_buffer(bytes, 0);
+  for (auto _ : state) {
+    tandem::core::reduce(d.get(), a.get(), b.get(), count, dtype, ReduceOp::sum);
+    benchmark::DoNotOptimize(d.get());
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, bytes, 3.0);
+  state.SetLabel(tandem::core::kernel_target());
+}
+
+void BM_ReduceSumInPlace(benchmark::State& state, DataType dtype) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  const std::size_t count = bytes / tandem::dtype_size(dtype);
+  const Buffer a = make_buffer(bytes, 0), b = make_buffer(bytes, 0);
+  for (auto _ : state) {
+    tandem::core::reduce(a.get(), a.get(), b.get(), count, dtype, ReduceOp::sum);
+    benchmark::DoNotOptimize(a.get());
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, bytes, 3.0);
+  state.SetLabel(tandem::core::kernel_target());
+}
+
+void BM_Memcpy(benchmark::State& state) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  const Buffer src = make_buffer(bytes, 0x01), dst = make_buffer(bytes, 0);
+  for (auto _ : state) {
+    std::memcpy(dst.get(), src.get(), bytes);
+    benchmark::DoNotOptimize(dst.get());
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, bytes, 2.0);
+}
+
+void sizes(benchmark::internal::Benchmark* b) {
+  b->Arg(4 << 10)->Arg(256 << 10)->Arg(64 << 20);
+}
+
+int register_all() {
+  for (DataType t : tandem::kAllDataTypes) {
+    const std::string name(tandem::to_string(t));
+    benchmark::RegisterBenchmark(("ReduceSum/" + name).c_str(), BM_ReduceSum, t)->Apply(sizes);
+  }
+  benchmark::RegisterBenchmark("ReduceSumInPlace/f32", BM_ReduceSumInPlace, DataType::f32)
+      ->Apply(sizes);
+  benchmark::RegisterBenchmark("ReduceSumInPlace/bf16", BM_ReduceSumInPlace, DataType::bf16)
+      ->Apply(sizes);
+  benchmark::RegisterBenchmark("Memcpy", BM_Memcpy)->Apply(sizes);
+  return 0;
+}
+
+[[maybe_unused]] const int registered = register_all();
+
+}  // namespace
+
+BENCHMARK_MAIN();
