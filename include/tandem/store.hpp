@@ -40,6 +40,10 @@ class Store {
   virtual bool delete_key(std::string_view key) = 0;
   /// Number of keys in the store (under this store's prefix for a PrefixStore).
   virtual std::int64_t num_keys() = 0;
+  /// Number of keys that begin with `prefix` (what PrefixStore::num_keys() builds on). The
+  /// stores of tandem all implement it; this default handles only the empty prefix and
+  /// throws Error(InvalidArgument) otherwise.
+  virtual std::int64_t num_keys_with_prefix(std::string_view prefix);
 
   /// Default timeout for the convenience overloads below.
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
@@ -61,6 +65,8 @@ struct TcpStoreOptions {
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};
   /// Default timeout of blocking operations.
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
+  /// Largest key or value this client sends or accepts (keep equal to the server's).
+  std::size_t max_value_bytes = 64u << 20;
 };
 
 class TcpStoreServer;
@@ -83,6 +89,7 @@ class TcpStore final : public Store {
   bool check(std::span<const std::string> keys) override;
   bool delete_key(std::string_view key) override;
   std::int64_t num_keys() override;
+  std::int64_t num_keys_with_prefix(std::string_view prefix) override;
   using Store::get;
   using Store::wait;
 
@@ -106,6 +113,9 @@ struct TcpStoreServerOptions {
   std::size_t max_value_bytes = 64u << 20;
   /// Most simultaneous client connections.
   std::size_t max_connections = 4096;
+  /// A connection that has not completed a valid HELLO by then is closed (and counted in
+  /// rejected_count()).
+  std::chrono::milliseconds handshake_timeout{std::chrono::seconds(30)};
 };
 
 /// The store server: one thread, non-blocking sockets, epoll. Survives any bytes a client
@@ -151,6 +161,7 @@ class FileStore final : public Store {
   bool check(std::span<const std::string> keys) override;
   bool delete_key(std::string_view key) override;
   std::int64_t num_keys() override;
+  std::int64_t num_keys_with_prefix(std::string_view prefix) override;
   using Store::get;
   using Store::wait;
 
@@ -175,6 +186,7 @@ class PrefixStore final : public Store {
   bool delete_key(std::string_view key) override;
   /// Keys under this prefix only.
   std::int64_t num_keys() override;
+  std::int64_t num_keys_with_prefix(std::string_view prefix) override;
   using Store::get;
   using Store::wait;
 
@@ -201,6 +213,7 @@ class HashStore final : public Store {
   bool check(std::span<const std::string> keys) override;
   bool delete_key(std::string_view key) override;
   std::int64_t num_keys() override;
+  std::int64_t num_keys_with_prefix(std::string_view prefix) override;
   using Store::get;
   using Store::wait;
 

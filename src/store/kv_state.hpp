@@ -1,0 +1,68 @@
+#pragma once
+// The data of a TcpStoreServer and its waiters, apart from any socket: requests go in as
+// decoded messages, replies come out addressed to connection ids. The server thread is
+// its only user, so nothing here locks.
+
+#include "store/protocol.hpp"
+
+#include <tandem/types.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace tandem::store {
+
+class KvState {
+ public:
+  struct Outcome {
+    enum class Kind : std::uint8_t { reply, waiting, violation };
+    Kind kind = Kind::reply;
+    proto::Message reply;  ///< when kind == reply
+    std::string reason;    ///< when kind == violation (the connection must be closed)
+  };
+  /// A reply for a connection whose GET/WAIT finished (satisfied or timed out).
+  using Delivery = std::pair<std::uint64_t, proto::Message>;
+
+  /// Handles one request of an authenticated connection. GET/WAIT on missing keys register
+  /// a waiter (at most one per connection) and return Kind::waiting.
+  Outcome handle(std::uint64_t conn, proto::Message&& request);
+
+  /// Replies for waiters completed by the mutations since the last call.
+  std::vector<Delivery> take_ready();
+  /// TIMEOUT replies for waiters whose deadline is at or before `now`.
+  std::vector<Delivery> expire(Deadline now);
+  /// The nearest waiter deadline, if any.
+  std::optional<Deadline> next_deadline() const;
+  /// Forgets the waiter of a closed connection.
+  void drop(std::uint64_t conn);
+
+  std::size_t size() const noexcept { return map_.size(); }
+  std::size_t waiter_count() const noexcept { return waiters_.size(); }
+
+ private:
+  struct Waiter {
+    proto::Type type = proto::Type::wait;
+    std::vector<std::string> keys;
+    Deadline deadline = Deadline::max();
+  };
+
+  const std::string* find(const std::string& key) const;
+  std::vector<std::string> missing(const std::vector<std::string>& keys) const;
+  void register_on_missing(std::uint64_t conn, const Waiter& w);
+  void unregister(std::uint64_t conn, const Waiter& w);
+  void wrote(const std::string& key);
+  proto::Message completion(const Waiter& w) const;
+
+  std::unordered_map<std::string, std::string> map_;
+  std::unordered_map<std::uint64_t, Waiter> waiters_;
+  std::unordered_map<std::string, std::vector<std::uint64_t>> waiting_on_;  // key -> conns
+  std::set<std::pair<Deadline, std::uint64_t>> deadlines_;
+  std::vector<Delivery> ready_;
+};
+
+}  // namespace tandem::store

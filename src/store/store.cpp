@@ -1,0 +1,13 @@
+#include <tandem/error.hpp>
+#include <tandem/store.hpp>
+
+namespace tandem::store {
+
+std::int64_t Store::num_keys_with_prefix(std::string_view prefix) {
+  if (prefix.empty()) return num_keys();
+  TANDEM_THROW(ErrorCode::InvalidArgument,
+               "this store cannot count keys by prefix ('{}'); override num_keys_with_prefix()",
+               prefix);
+}
+
+}  // namespace tandem::store
