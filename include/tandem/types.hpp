@@ -119,6 +119,8 @@ template <class Rep, class Period>
 Deadline deadline_in(std::chrono::duration<Rep, Period> d) noexcept {
   const auto now = Clock::now();
   const auto left = Deadline::max() - now;
+  // Compare in the caller's unit first: converting a huge duration to nanoseconds overflows.
+  if (d >= std::chrono::duration_cast<std::chrono::duration<Rep, Period>>(left)) return Deadline::max();
   const auto want = std::chrono::duration_cast<Clock::duration>(d);
   return want >= left ? Deadline::max() : now + want;
 }
