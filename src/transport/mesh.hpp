@@ -12,7 +12,7 @@
 //  - A Request is owned by the caller and must outlive its completion, or the Mesh must have
 //    been aborted. The Mesh never allocates per Request.
 //  - Progress is made only by the thread inside wait()/test(): there are no background
-//    progress threads. wait() spins briefly (TANDEM_SPIN_TIME), then blocks (futex for shm,
+//    progress threads. wait() spins briefly (TANDEM_SPIN_US), then blocks (futex for shm,
 //    poll for tcp) in slices, watching every peer's liveness, until the deadline.
 //  - Any transport failure (peer died, reset, abort frame, protocol violation) throws an
 //    Error naming the peer; the Mesh is then poisoned: every later post/wait throws the same
@@ -129,7 +129,8 @@ class Mesh {
   }
 
   /// Poisons the mesh with `error`, tells every peer (an abort frame carrying the message),
-  /// and drops every pending request. Idempotent; never throws.
+  /// and drops every pending request. Idempotent; never throws. May be called from another
+  /// thread while one is inside wait(): that wait throws `error` within one sleep slice.
   virtual void abort(const Error& error) noexcept = 0;
   /// The error that poisoned the mesh, or nullptr.
   virtual std::exception_ptr error() const noexcept = 0;
@@ -142,7 +143,7 @@ struct MeshOptions {
   bool shm_disable = false;                       ///< TANDEM_SHM_DISABLE
   std::string socket_ifname;                      ///< TANDEM_SOCKET_IFNAME (empty: auto)
   std::string token;                              ///< TANDEM_STORE_TOKEN: authenticates peers
-  std::chrono::nanoseconds spin_time{std::chrono::microseconds(50)};  ///< TANDEM_SPIN_TIME
+  std::chrono::nanoseconds spin_time{std::chrono::microseconds(50)};  ///< TANDEM_SPIN_US
   std::size_t shm_buffer_bytes = 4u << 20;        ///< TANDEM_BUFFSIZE: per shm channel
   int sockets_per_peer = 1;                       ///< TANDEM_SOCKETS_PER_PEER (tcp data streams)
   std::chrono::milliseconds connect_timeout{std::chrono::minutes(10)};

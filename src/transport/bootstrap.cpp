@@ -1,0 +1,118 @@
+#include "transport/bootstrap.hpp"
+
+#include "core/net.hpp"
+#include "transport/tcp/wire.hpp"
+
+#include <tandem/error.hpp>
+#include <tandem/log.hpp>
+#include <tandem/store.hpp>
+
+#include <fmt/ranges.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <fstream>
+#include <sys/stat.h>
+
+namespace tandem::transport {
+namespace {
+
+constexpr std::string_view kRecordVersion = "tandem-addr-1";
+
+std::vector<std::string_view> split_lines(std::string_view text) {
+  std::vector<std::string_view> out;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    const auto nl = text.find('\n', pos);
+    const auto end = nl == std::string_view::npos ? text.size() : nl;
+    out.push_back(text.substr(pos, end - pos));
+    if (nl == std::string_view::npos) break;
+    pos = nl + 1;
+  }
+  return out;
+}
+
+template <class T>
+bool parse_int(std::string_view s, T& out) {
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+}  // namespace
+
+std::string encode_record(const RankRecord& r) {
+  return fmt::format("{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}", kRecordVersion, r.address, r.port,
+                     r.info.host, r.info.host_id, r.info.pid, r.shm_disable ? 1 : 0, r.streams);
+}
+
+RankRecord decode_record(std::string_view text, int rank) {
+  const auto f = split_lines(text);
+  RankRecord r;
+  r.info.rank = rank;
+  int shm_disable = 0;
+  const bool ok = f.size() == 8 && f[0] == kRecordVersion && !f[1].empty() &&
+                  parse_int(f[2], r.port) && parse_int(f[5], r.info.pid) &&
+                  parse_int(f[6], shm_disable) && parse_int(f[7], r.streams) && r.streams >= 1;
+  if (!ok)
+    TANDEM_THROW(ErrorCode::Internal,
+                 "rank {} published an address record this rank cannot read ({:?}); every rank "
+                 "must run the same tandem build",
+                 rank, text.substr(0, 200));
+  r.address = f[1];
+  r.info.host = f[3];
+  r.info.host_id = f[4];
+  r.shm_disable = shm_disable != 0;
+  return r;
+}
+
+std::string local_host_id() {
+  std::string boot_id;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
+  struct stat st {};
+  const auto netns = ::stat("/proc/self/ns/net", &st) == 0 ? st.st_ino : 0;
+  return fmt::format("{}/{}/{}", net::local_host_name(), boot_id, netns);
+}
+
+std::string choose_listen_address(const std::string& ifname) {
+  if (!ifname.empty()) return tcp::interface_address(ifname);
+  const char* master = std::getenv("MASTER_ADDR");
+  if (master != nullptr && *master != '\0' && !tcp::is_loopback(master)) {
+    std::string local = tcp::route_address(master);
+    if (!local.empty()) return local;
+    TANDEM_WARN(init,
+                "MASTER_ADDR={} cannot be resolved or routed; listening on loopback, so only "
+                "ranks of this host can connect (set TANDEM_SOCKET_IFNAME to choose an interface)",
+                master);
+  }
+  return "127.0.0.1";
+}
+
+std::vector<std::string> gather(store::Store& store, std::string_view prefix, int rank,
+                                std::string_view value, std::span<const int> from,
+                                Deadline deadline, std::string_view what) {
+  const auto start = Clock::now();
+  store.set(fmt::format("{}{}", prefix, rank), value);
+  std::vector<std::string> keys;
+  keys.reserve(from.size());
+  for (int p : from) keys.push_back(fmt::format("{}{}", prefix, p));
+  try {
+    store.wait(keys, deadline);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::Timeout) throw;
+    std::vector<int> missing;
+    for (std::size_t i = 0; i < keys.size(); ++i)
+      if (!store.check(std::span<const std::string>(&keys[i], 1))) missing.push_back(from[i]);
+    TANDEM_THROW(ErrorCode::Timeout,
+                 "rank {} waited {:.1f} s for the {} of ranks {} ({} of {} missing): they have "
+                 "not reached this point of communicator setup. Are they running, with the same "
+                 "store address, world size and communicator? Did one of them fail?",
+                 rank, std::chrono::duration<double>(Clock::now() - start).count(), what,
+                 fmt::join(missing, ", "), missing.size(), from.size());
+  }
+  std::vector<std::string> values;
+  values.reserve(keys.size());
+  for (const auto& k : keys) values.push_back(store.get(k, deadline));
+  return values;
+}
+
+}  // namespace tandem::transport

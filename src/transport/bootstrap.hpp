@@ -1,0 +1,44 @@
+#pragma once
+// Setup steps shared by every transport: where this rank listens, what it publishes about
+// itself through the store ("addr/<rank>"), and how it gathers the others' records with a
+// deadline that names the ranks still missing.
+
+#include "transport/mesh.hpp"
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tandem::transport {
+
+/// What every rank publishes about itself.
+struct RankRecord {
+  PeerInfo info;
+  std::string address;  ///< where its listener is bound
+  std::uint16_t port = 0;
+  bool shm_disable = false;
+  int streams = 1;  ///< its TANDEM_SOCKETS_PER_PEER
+};
+
+std::string encode_record(const RankRecord& r);
+/// Throws Error(Internal) naming `rank` when `text` is not a record of this version.
+RankRecord decode_record(std::string_view text, int rank);
+
+/// hostname + boot id + network namespace: equal on two ranks means they share a host
+/// (and can share memory); two containers or namespaces on one machine differ.
+std::string local_host_id();
+
+/// TANDEM_SOCKET_IFNAME's address if set; else, when MASTER_ADDR names another host, the
+/// local address that routes to it; else loopback.
+std::string choose_listen_address(const std::string& ifname);
+
+/// Sets `prefix + rank` to `value`, then waits for the keys of every rank in `from` and
+/// returns their values (in the order of `from`). On timeout the error names the missing
+/// ranks and `what` they were expected to publish.
+std::vector<std::string> gather(store::Store& store, std::string_view prefix, int rank,
+                                std::string_view value, std::span<const int> from,
+                                Deadline deadline, std::string_view what);
+
+}  // namespace tandem::transport

@@ -1,0 +1,99 @@
+#include "transport/control.hpp"
+
+#include "transport/endpoint.hpp"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+namespace tandem::transport {
+namespace {
+
+constexpr std::uint32_t kBye = 0x43444e01;  // "\x01NDC"
+constexpr std::uint32_t kAbort = 0x43444e02;
+constexpr std::uint32_t kMaxPayload = 4096;
+
+struct FrameHead {
+  std::uint32_t type;
+  std::uint32_t code;   ///< ABORT: the ErrorCode behind it
+  std::uint32_t bytes;  ///< payload (the reason) that follows
+};
+
+}  // namespace
+
+void Control::send_frame(std::uint32_t type, std::uint32_t code,
+                         std::string_view payload) noexcept {
+  if (!fd_.valid()) return;
+  payload = payload.substr(0, kMaxPayload);
+  FrameHead h{type, code, static_cast<std::uint32_t>(payload.size())};
+  iovec iov[2] = {{&h, sizeof h}, {const_cast<char*>(payload.data()), payload.size()}};
+  msghdr m{};
+  m.msg_iov = iov;
+  m.msg_iovlen = payload.empty() ? 1 : 2;
+  while (::sendmsg(fd_.get(), &m, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno == EINTR) {
+  }
+}
+
+void Control::send_bye() noexcept {
+  send_frame(kBye, 0, {});
+}
+void Control::send_abort(ErrorCode code, std::string_view reason) noexcept {
+  send_frame(kAbort, static_cast<std::uint32_t>(code), reason);
+}
+
+void Control::read_available() noexcept {
+  if (!watched()) return;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::recv(fd_.get(), buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0) {
+      in_.append(buf, static_cast<std::size_t>(n));
+      parse();
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    eof_ = true;
+    if (state_ == State::up) {
+      state_ = State::lost;
+      reason_ = n == 0 ? "its connection closed without a goodbye"
+                       : fmt::format("its connection failed: {}", errno_text(errno));
+    }
+    return;
+  }
+}
+
+void Control::parse() noexcept {
+  while (in_.size() >= sizeof(FrameHead)) {
+    FrameHead h;
+    std::memcpy(&h, in_.data(), sizeof h);
+    if ((h.type != kBye && h.type != kAbort) || h.bytes > kMaxPayload) {
+      eof_ = true;
+      if (state_ == State::up) {
+        state_ = State::lost;
+        reason_ = fmt::format("it sent a malformed control frame (type {:#x}, {} bytes)", h.type,
+                              h.bytes);
+      }
+      fd_.reset();
+      return;
+    }
+    if (in_.size() < sizeof h + h.bytes) return;
+    if (state_ == State::up) {
+      if (h.type == kBye) {
+        state_ = State::left;
+      } else {
+        state_ = State::aborted;
+        abort_code_ = h.code == static_cast<std::uint32_t>(ErrorCode::PeerLost)
+                          ? ErrorCode::PeerLost
+                          : ErrorCode::Aborted;
+        reason_.assign(in_.data() + sizeof h, h.bytes);
+      }
+    }
+    in_.erase(0, sizeof h + h.bytes);
+  }
+}
+
+}  // namespace tandem::transport

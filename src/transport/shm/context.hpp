@@ -1,0 +1,99 @@
+#pragma once
+// Per-communicator shared-memory state: this rank's segment (doorbell + inbound channels)
+// and the mappings of every same-host peer's segment. Names are unlinked as soon as every
+// peer has mapped them, so a crash later leaves nothing behind in /dev/shm.
+
+#include "transport/endpoint.hpp"
+#include "transport/futex.hpp"
+#include "transport/shm/wire.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tandem::transport::shm {
+
+/// An owned MAP_SHARED mapping.
+class Mapping {
+ public:
+  Mapping() noexcept = default;
+  Mapping(void* data, std::size_t bytes) noexcept : data_(data), bytes_(bytes) {}
+  Mapping(Mapping&& o) noexcept : data_(o.data_), bytes_(o.bytes_) { o.data_ = nullptr; }
+  Mapping& operator=(Mapping&& o) noexcept;
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping();
+
+  void* data() const noexcept { return data_; }
+  std::size_t bytes() const noexcept { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+class Context {
+ public:
+  /// Creates this rank's segment, "/tandem-<run>-<pid>x<n>-<rank>", with one inbound channel
+  /// per rank of `senders`. Throws Error(Io) when /dev/shm cannot hold it, saying what to do.
+  Context(int rank, std::vector<int> senders, std::size_t buffer_bytes, std::string_view run_id);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  const std::string& name() const noexcept { return name_; }
+
+  /// Maps `peer`'s segment `name` and validates it; the last of its peers to map it
+  /// unlinks the name.
+  void attach(int peer, const std::string& name);
+  /// The endpoint to `peer` (attach()ed before).
+  std::unique_ptr<transport::Endpoint> make_endpoint(int peer, PeerFailureHandler& failures);
+
+  /// One blocking slice on this rank's doorbell. Announces the sleep, runs `progress` once
+  /// more (a peer that published before seeing the announcement is caught here), and only
+  /// then waits on the futex. Returns what `progress` returned.
+  template <class Progress>
+  bool sleep(std::chrono::nanoseconds slice, Progress&& progress) {
+    auto& bell = own_view_.doorbell->value;
+    auto& sleeping = own_view_.sleeping->value;
+    const std::uint32_t seen = bell.load(std::memory_order_acquire);
+    sleeping.store(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    struct Awake {
+      std::atomic<std::uint32_t>& flag;
+      ~Awake() { flag.store(0, std::memory_order_relaxed); }
+    } awake{sleeping};
+    if (progress()) return true;
+    futex_wait(&bell, seen, slice);
+    return false;
+  }
+  /// Wakes this rank if it sleeps on its doorbell (another thread aborted the mesh).
+  void ring_self() noexcept;
+  /// Wakes every peer that sleeps on its doorbell, so it reads the control frame just sent
+  /// (ABORT or BYE) now rather than at the end of its sleep slice.
+  void ring_peers() noexcept;
+
+ private:
+  // Of a peer's segment only the header and the one channel this rank writes are mapped.
+  struct Peer {
+    int rank = -1;
+    std::string name;
+    Mapping header;
+    Mapping channel;
+    SegmentView view;
+    ChannelView outbound;
+  };
+
+  int rank_;
+  std::vector<int> senders_;
+  std::string name_;
+  Mapping own_;
+  SegmentView own_view_;
+  std::vector<Peer> peers_;
+};
+
+}  // namespace tandem::transport::shm

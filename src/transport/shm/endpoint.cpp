@@ -1,0 +1,104 @@
+#include "transport/shm/endpoint.hpp"
+
+#include "core/reduce.hpp"
+#include "transport/futex.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+namespace tandem::transport::shm {
+
+bool Endpoint::progress() {
+  bool moved = false;
+  if (!sends_.empty()) moved = progress_sends();
+  if (!recvs_.empty()) moved = progress_recvs() || moved;
+  if (moved) wake_peer();
+  return moved;
+}
+
+bool Endpoint::progress_sends() {
+  bool moved = false;
+  while (Request* r = sends_.front()) {
+    do {
+      if (sent_ - consumed_seen_ >= out_.slot_count) {
+        consumed_seen_ = out_.header->consumed.load(std::memory_order_acquire);
+        if (sent_ - consumed_seen_ >= out_.slot_count) return moved;
+      }
+      SlotHeader* s = out_.slot(send_slot_);
+      std::size_t chunk = 0;
+      if (r->bytes <= kInlineBytes) {
+        chunk = r->bytes;
+        if (chunk != 0) std::memcpy(s->payload, r->src, chunk);
+      } else {
+        chunk =
+            static_cast<std::size_t>(std::min<std::uint64_t>(out_.slot_bytes, r->bytes - r->done));
+        std::memcpy(ChannelView::data(s), static_cast<const std::byte*>(r->src) + r->done, chunk);
+      }
+      s->tag = r->tag;
+      s->chunk_bytes = static_cast<std::uint32_t>(chunk);
+      s->msg_bytes = r->bytes;
+      s->seq.store(++sent_, std::memory_order_release);
+      if (++send_slot_ == out_.slot_count) send_slot_ = 0;
+      r->done += chunk;
+      moved = true;
+    } while (r->done < r->bytes);
+    sends_.pop();
+    r->complete = true;
+  }
+  return moved;
+}
+
+bool Endpoint::progress_recvs() {
+  bool moved = false;
+  while (Request* r = recvs_.front()) {
+    do {
+      SlotHeader* s = in_.slot(recv_slot_);
+      if (s->seq.load(std::memory_order_acquire) != received_ + 1) return moved;
+      // Copy the header fields once: the checks and the copy below must see the same values.
+      const std::uint32_t tag = s->tag;
+      const std::uint64_t msg = s->msg_bytes;
+      const std::uint64_t chunk = s->chunk_bytes;
+      if (r->done == 0 && (tag != r->tag || msg != r->bytes))
+        throw_mismatch(*r, Link::shm, tag, msg);
+      const bool inline_msg = r->bytes <= kInlineBytes;
+      const std::uint64_t expect =
+          inline_msg ? r->bytes : std::min<std::uint64_t>(in_.slot_bytes, r->bytes - r->done);
+      if (tag != r->tag || msg != r->bytes || chunk != expect)
+        throw_protocol(peer_, Link::shm,
+                       fmt::format("chunk of {} bytes (message {} bytes, tag {:#x}) where {} "
+                                   "bytes at offset {} were due",
+                                   chunk, msg, tag, expect, r->done));
+      const std::byte* data = inline_msg ? s->payload : ChannelView::data(s);
+      auto* dst = static_cast<std::byte*>(r->dst) + r->done;
+      if (r->kind == RequestKind::recv) {
+        if (chunk != 0) std::memcpy(dst, data, chunk);
+      } else {
+        const std::size_t es = dtype_size(r->dtype);
+        core::reduce(dst, static_cast<const std::byte*>(r->src) + r->done, data, chunk / es,
+                     r->dtype, r->op);
+      }
+      r->done += chunk;
+      if (++recv_slot_ == in_.slot_count) recv_slot_ = 0;
+      in_.header->consumed.store(++received_, std::memory_order_release);
+      moved = true;
+    } while (r->done < r->bytes);
+    recvs_.pop();
+    r->complete = true;
+  }
+  return moved;
+}
+
+// Pairs with Context::sleep(): the peer announces `sleeping`, fences, then checks for
+// work; we publish, fence, then check `sleeping`. One of the two sees the other.
+void Endpoint::wake_peer() noexcept {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (wake_.sleeping->load(std::memory_order_relaxed) != 0) {
+    wake_.doorbell->fetch_add(1, std::memory_order_release);
+    futex_wake_all(wake_.doorbell);
+  }
+}
+
+}  // namespace tandem::transport::shm

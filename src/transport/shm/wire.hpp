@@ -1,0 +1,112 @@
+#pragma once
+// The bytes layout of a shared-memory segment. Each rank creates one segment holding its
+// doorbell and one INBOUND channel per same-host peer (the channel a sender writes lives
+// in the receiver's segment, so a receiver reads only its own memory):
+//
+//   [SegmentHeader][doorbell line][sleeping line][ChannelDesc x C, padded to a line]
+//   [channel 0, page aligned][channel 1]...
+//   channel: [consumed line][slot 0: SlotHeader line | data][slot 1: ...]...
+//
+// A slot header is exactly one cache line: seq (the ready flag), tag, sizes and up to
+// kInlineBytes of payload, so a small message costs one line transfer. Larger messages are
+// cut into slot-sized chunks; the receiver reduces or copies each one straight out of the
+// slot and then advances `consumed`, a line only it writes.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace tandem::transport::shm {
+
+inline constexpr std::size_t kLine = 64;
+inline constexpr std::uint32_t kMagic = 0x53444e54;  // "TNDS"
+inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::size_t kInlineBytes = 40;
+inline constexpr std::uint32_t kMaxChannels = 4096;
+
+struct alignas(kLine) SegmentHeader {
+  std::uint32_t magic;
+  std::uint32_t version;
+  std::int32_t owner_rank;
+  std::uint32_t channel_count;
+  std::uint64_t total_bytes;
+  std::atomic<std::uint32_t> mappers;  ///< peers that mapped it; the last one unlinks the name
+};
+
+/// A futex word or flag alone on its cache line.
+struct alignas(kLine) WordLine {
+  std::atomic<std::uint32_t> value;
+};
+
+struct ChannelDesc {
+  std::int32_t sender;
+  std::uint32_t slot_count;
+  std::uint64_t slot_bytes;  ///< data bytes per slot (a multiple of kLine)
+  std::uint64_t offset;      ///< from the segment start
+  std::uint64_t bytes;       ///< the whole channel
+};
+
+struct alignas(kLine) SlotHeader {
+  std::atomic<std::uint64_t> seq;  ///< k + 1 once the k-th chunk of the channel is ready
+  std::uint32_t tag;
+  std::uint32_t chunk_bytes;
+  std::uint64_t msg_bytes;
+  std::byte payload[kInlineBytes];  ///< the whole message when msg_bytes <= kInlineBytes
+};
+
+struct alignas(kLine) ChannelHeader {
+  std::atomic<std::uint64_t> consumed;  ///< chunks the receiver has finished with
+};
+
+static_assert(sizeof(SlotHeader) == kLine);
+static_assert(sizeof(WordLine) == kLine && sizeof(ChannelHeader) == kLine);
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+
+/// Slot count and size of one channel of `buffer_bytes` (TANDEM_BUFFSIZE).
+struct Geometry {
+  std::uint32_t slot_count = 0;
+  std::uint64_t slot_bytes = 0;
+  std::uint64_t channel_bytes() const noexcept;
+};
+Geometry geometry_for(std::size_t buffer_bytes) noexcept;
+
+/// One channel as seen through a mapping.
+struct ChannelView {
+  ChannelHeader* header = nullptr;
+  std::byte* slots = nullptr;
+  std::uint32_t slot_count = 0;
+  std::uint64_t slot_bytes = 0;
+
+  SlotHeader* slot(std::uint32_t index) const noexcept {
+    return reinterpret_cast<SlotHeader*>(slots + index * (kLine + slot_bytes));
+  }
+  static std::byte* data(SlotHeader* s) noexcept { return reinterpret_cast<std::byte*>(s) + kLine; }
+};
+
+/// Total bytes of a segment with one channel per sender.
+std::size_t segment_bytes(std::size_t channels, const Geometry& g) noexcept;
+/// Writes the headers of a freshly created (zeroed) segment.
+void format_segment(void* base, int owner, std::span<const int> senders, const Geometry& g);
+
+/// A segment's header as seen through a mapping of (at least) its first max_header_bytes().
+struct SegmentView {
+  SegmentHeader* header = nullptr;
+  WordLine* doorbell = nullptr;
+  WordLine* sleeping = nullptr;
+};
+/// How much of a segment a peer maps to read its header and channel table.
+std::size_t max_header_bytes() noexcept;
+/// Checks the header at `base` (`mapped_bytes` mapped of a `file_bytes` segment created by
+/// `owner`). Throws Error naming `name` when it is not a tandem segment of this version.
+SegmentView view_segment(void* base, std::size_t mapped_bytes, std::size_t file_bytes, int owner,
+                         const std::string& name);
+/// The channel `sender` writes in this segment, checked against the segment size; throws
+/// Error when there is none or it is malformed.
+ChannelDesc find_channel(const SegmentView& seg, std::size_t file_bytes, int sender,
+                         const std::string& name);
+/// The channel `d` mapped at `channel_base` (the segment start + d.offset).
+ChannelView channel_view(void* channel_base, const ChannelDesc& d) noexcept;
+
+}  // namespace tandem::transport::shm

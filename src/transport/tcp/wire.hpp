@@ -1,0 +1,95 @@
+#pragma once
+// What goes over tcp: the HELLO that opens every connection (control or data stream), the
+// frame header of a message on a data stream, how a large message is striped over the
+// streams, and the socket helpers the net layer does not have.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace tandem::transport::tcp {
+
+// ---- HELLO -----------------------------------------------------------------------------
+
+inline constexpr std::uint32_t kHelloMagic = 0x484e4454;  // "TDNH"
+inline constexpr std::uint16_t kWireVersion = 1;
+inline constexpr std::uint32_t kMaxTokenBytes = 1024;
+/// Purpose 0 is the control connection; 1 + k is data stream k.
+inline constexpr int kControlPurpose = 0;
+inline constexpr int kMaxStreams = 64;
+
+struct HelloHead {
+  std::uint32_t magic;
+  std::uint16_t version;
+  std::uint16_t purpose;
+  std::int32_t from;
+  std::int32_t to;
+  std::int32_t world;
+  std::uint32_t token_bytes;
+};
+static_assert(sizeof(HelloHead) == 24);
+
+std::string encode_hello(int from, int to, int world, int purpose, std::string_view token);
+/// Why `head` + `token` is not a valid HELLO for the receiving rank `self` of `world`
+/// (empty when it is). The token comparison takes the same time wherever they differ.
+std::string check_hello(const HelloHead& head, std::string_view token, int self, int world,
+                        std::string_view expected_token);
+/// Constant-time comparison (time depends on the lengths only).
+bool token_equal(std::string_view a, std::string_view b) noexcept;
+
+// ---- data frames -------------------------------------------------------------------------
+
+struct FrameHeader {
+  std::uint32_t tag;
+  std::uint32_t flags;
+  std::uint64_t bytes;  ///< the whole message, on every stream that carries a part of it
+};
+static_assert(sizeof(FrameHeader) == 16);
+inline constexpr std::uint32_t kFlagStriped = 1;
+
+/// Messages from this size on are striped over every data stream of the peer.
+inline constexpr std::uint64_t kStripeMin = 256u << 10;
+
+struct Part {
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+  std::uint64_t size() const noexcept { return end - begin; }
+};
+
+constexpr bool is_striped(std::uint64_t bytes, int streams) noexcept {
+  return streams > 1 && bytes >= kStripeMin;
+}
+/// Stream 0 carries every message; the others only parts of striped ones.
+constexpr bool carries(std::uint64_t bytes, int stream, int streams) noexcept {
+  return stream == 0 || is_striped(bytes, streams);
+}
+/// The bytes of a message that stream `k` carries: 64-byte aligned slices, so a reduction
+/// never splits an element between streams.
+constexpr Part part_of(std::uint64_t bytes, int k, int streams) noexcept {
+  if (!is_striped(bytes, streams)) return Part{0, k == 0 ? bytes : 0};
+  const std::uint64_t n = static_cast<std::uint64_t>(streams);
+  const std::uint64_t per = ((bytes + n - 1) / n + 63) / 64 * 64;
+  const std::uint64_t begin = static_cast<std::uint64_t>(k) * per < bytes ? k * per : bytes;
+  const std::uint64_t end = begin + per < bytes ? begin + per : bytes;
+  return Part{begin, end};
+}
+
+// ---- sockets -----------------------------------------------------------------------------
+
+/// Socket buffer size of data streams (the usual kernel cap of net.core.[rw]mem_max).
+inline constexpr std::size_t kSocketBuffer = 4u << 20;
+
+/// Non-blocking, TCP_NODELAY; data streams get large buffers and, between two ranks of one
+/// host, a congestion control that does not pace (see wire.cpp).
+void tune_socket(int fd, bool data, bool same_host);
+/// The IPv4 address of interface `ifname`; throws Error(InvalidArgument) listing the
+/// interfaces there are.
+std::string interface_address(std::string_view ifname);
+/// The local address this host uses to reach `host` (a UDP connect; nothing is sent), or
+/// empty when `host` cannot be resolved or routed.
+std::string route_address(std::string_view host);
+/// True for "localhost", 127.0.0.0/8 and ::1, and names resolving only to them.
+bool is_loopback(std::string_view host);
+
+}  // namespace tandem::transport::tcp
