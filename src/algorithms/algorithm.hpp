@@ -21,13 +21,16 @@ namespace tandem::algorithms {
 /// Everything an algorithm needs to know about one collective call.
 struct Call {
   CollectiveKind kind = CollectiveKind::allreduce;
-  BufferView in;    ///< input (ignored where the collective has none on this rank)
-  BufferView out;   ///< output
+  /// Input (ignored where the collective has none on this rank); send: the data.
+  BufferView in;
+  /// Output; recv: where the data lands.
+  BufferView out;
   ReduceOp op = ReduceOp::sum;
-  int root = 0;     ///< broadcast/reduce/gather/scatter; the peer for send/recv
+  int root = 0;                         ///< broadcast/reduce/gather/scatter; the peer for send/recv
   std::span<const std::size_t> counts;  ///< allgatherv: elements per rank
-  std::uint64_t seq = 0;    ///< collective sequence number on this communicator
-  std::uint32_t tag = 0;    ///< fingerprint of (kind, dtype, count, root, seq): every message carries it
+  std::uint64_t seq = 0;                ///< collective sequence number on this communicator
+  /// Fingerprint of (kind, dtype, count, root, seq): every message carries it.
+  std::uint32_t tag = 0;
   Deadline deadline = Deadline::max();
 
   bool in_place() const noexcept { return in.data == out.data; }
@@ -76,11 +79,13 @@ class Registry {
 
   /// Every algorithm of `kind`, in registration order.
   std::vector<const Algorithm*> of(CollectiveKind kind) const;
-  /// The algorithm named `name` for `kind`, or nullptr.
+  /// The algorithm named `name` (case-insensitive) for `kind`, or nullptr.
   const Algorithm* find(CollectiveKind kind, std::string_view name) const;
-  /// The algorithm to run: `forced` (if non-empty and it supports the call; throws
-  /// InvalidArgument if it does not exist or does not support the call when `strict`), else
-  /// the default choice by size and world size.
+  /// The algorithm to run: the one `forced` names for call.kind (TANDEM_ALGO syntax, see
+  /// forced_algorithm()) if it supports the call, else the default choice by size and world
+  /// size. Throws InvalidArgument when `forced` is malformed or names an algorithm that
+  /// exists for no collective (or, when `strict`, not for this one), and when `strict` and
+  /// the named algorithm does not support the call.
   const Algorithm& select(const Call& call, int world, std::string_view forced, bool strict) const;
 
   void add(std::unique_ptr<Algorithm> a);
@@ -89,8 +94,16 @@ class Registry {
   std::vector<std::unique_ptr<Algorithm>> all_;
 };
 
-/// 32-bit fingerprint carried by every message of a call.
+/// 32-bit fingerprint carried by every message of a call. For send/recv pass the user tag
+/// as `seq`: send and recv hash alike and `root` (the peer, which differs between the two
+/// sides) is ignored, so a matching pair carries equal tags.
 std::uint32_t fingerprint(CollectiveKind kind, DataType dtype, std::size_t count, int root,
                           std::uint64_t seq) noexcept;
+
+/// The algorithm name that `forced` (TANDEM_ALGO syntax) chooses for `kind`, or "" when it
+/// names none for it. Entries are separated by ',' or ';': a bare name ("ring") applies to
+/// every collective, "allreduce=ring" to one; a per-collective entry wins over a bare one.
+/// Throws InvalidArgument for a malformed string or an unknown collective name.
+std::string_view forced_algorithm(std::string_view forced, CollectiveKind kind);
 
 }  // namespace tandem::algorithms

@@ -1,0 +1,90 @@
+// Ring allgather: in step s rank r forwards block r-s to its right neighbour and receives
+// block r-s-1 from its left one. Blocks are cut into chunks and chunk k is forwarded as soon
+// as it has arrived; every receive lands in its final place, so all are posted up front.
+
+#include "algorithms/builtin.hpp"
+#include "algorithms/common.hpp"
+#include "algorithms/parts.hpp"
+
+namespace tandem::algorithms {
+namespace detail {
+
+void ring_allgather(const Call& call, Context& ctx, DataType dt, const std::byte* mine,
+                    std::byte* out, std::span<const std::size_t> off) {
+  transport::Mesh& mesh = ctx.mesh;
+  const int n = mesh.size();
+  const int r = mesh.rank();
+  const std::size_t es = dtype_size(dt);
+  const auto size_of = [&](int b) { return off[b + 1] - off[b]; };
+  if (n == 1) {
+    copy_bytes(out + off[0] * es, mine, size_of(0) * es);
+    return;
+  }
+  const std::size_t ce = chunk_elems(ctx, dt);
+  const int left = mod(r - 1, n);
+  const int right = mod(r + 1, n);
+  const auto send_block = [&](int s) { return mod(r - s, n); };
+  const auto recv_block = [&](int s) { return mod(r - s - 1, n); };
+
+  std::size_t nrecv = 0;
+  std::size_t nsend = 0;
+  for (int s = 0; s < n - 1; ++s) {
+    nrecv += chunks_of(size_of(recv_block(s)), ce);
+    nsend += chunks_of(size_of(send_block(s)), ce);
+  }
+  Batch recvs(mesh, nrecv);
+  Batch sends(mesh, nsend);
+  std::vector<std::size_t> first_recv(static_cast<std::size_t>(n));
+  for (int s = 0; s < n - 1; ++s) {
+    const int b = recv_block(s);
+    first_recv[static_cast<std::size_t>(s)] = recvs.size();
+    for (std::size_t e = 0; e < size_of(b); e += ce) {
+      const std::size_t m = std::min(ce, size_of(b) - e);
+      recvs.post(Request::make_recv(left, call.tag, out + (off[b] + e) * es, m * es));
+    }
+  }
+  for (int s = 0; s < n - 1; ++s) {
+    const int b = send_block(s);
+    std::size_t k = 0;
+    for (std::size_t e = 0; e < size_of(b); e += ce, ++k) {
+      const std::size_t m = std::min(ce, size_of(b) - e);
+      const std::byte* src = mine + e * es;
+      if (s > 0) {
+        mesh.wait(recvs[first_recv[static_cast<std::size_t>(s - 1)] + k], call.deadline);
+        src = out + (off[b] + e) * es;
+      }
+      sends.post(Request::make_send(right, call.tag, src, m * es));
+    }
+    // The local copy overlaps the first step's transfers; it writes only block r.
+    if (s == 0) copy_bytes(out + off[r] * es, mine, size_of(r) * es);
+  }
+  wait_all(mesh, {&recvs, &sends}, call.deadline);
+}
+
+}  // namespace detail
+
+namespace {
+
+class Ring final : public Algorithm {
+ public:
+  std::string_view name() const noexcept override { return "ring"; }
+  CollectiveKind kind() const noexcept override { return CollectiveKind::allgather; }
+  bool supports(const Call&, int) const noexcept override { return true; }
+
+  void run(const Call& call, Context& ctx) const override {
+    const int n = ctx.mesh.size();
+    const std::size_t c = call.in.count;
+    std::vector<std::size_t> off(static_cast<std::size_t>(n) + 1);
+    for (std::size_t i = 0; i < off.size(); ++i) off[i] = i * c;
+    detail::ring_allgather(call, ctx, call.in.dtype, detail::ptr(call.in.data),
+                           detail::ptr(call.out.data), off);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Algorithm> detail::make_allgather_ring() {
+  return std::make_unique<Ring>();
+}
+
+}  // namespace tandem::algorithms

@@ -1,0 +1,62 @@
+#include "algorithms/common.hpp"
+
+#include <algorithm>
+#include <array>
+
+namespace tandem::algorithms::detail {
+
+std::vector<std::size_t> even_offsets(std::size_t count, int n) {
+  std::vector<std::size_t> off(static_cast<std::size_t>(n) + 1);
+  const std::size_t base = count / static_cast<std::size_t>(n);
+  const std::size_t extra = count % static_cast<std::size_t>(n);
+  for (std::size_t i = 0; i <= static_cast<std::size_t>(n); ++i)
+    off[i] = i * base + std::min(i, extra);
+  return off;
+}
+
+std::vector<std::size_t> prefix_offsets(std::span<const std::size_t> counts) {
+  std::vector<std::size_t> off(counts.size() + 1);
+  for (std::size_t i = 0; i < counts.size(); ++i) off[i + 1] = off[i] + counts[i];
+  return off;
+}
+
+Batch::~Batch() {
+  const bool in_flight = std::any_of(reqs_.begin(), reqs_.end(),
+                                     [](const Request& r) { return r.peer >= 0 && !r.complete; });
+  if (in_flight && mesh_.error() == nullptr)
+    mesh_.abort(Error(ErrorCode::Aborted, "a collective failed with requests still in flight"));
+}
+
+void wait_all(transport::Mesh& mesh, std::initializer_list<Batch*> batches, Deadline deadline) {
+  std::size_t total = 0;
+  for (const Batch* b : batches) total += b->size();
+  if (total == 0) return;
+  std::vector<Request*> ps;
+  ps.reserve(total);
+  for (Batch* b : batches)
+    for (Request& r : b->reqs_)
+      if (r.peer >= 0) ps.push_back(&r);
+  mesh.wait(ps, deadline);
+}
+
+void sendrecv(transport::Mesh& mesh, Request& send, Request& recv, Deadline deadline) {
+  mesh.post(recv);
+  mesh.post(send);
+  std::array<Request*, 2> both{&recv, &send};
+  mesh.wait(both, deadline);
+}
+
+std::size_t call_bytes(const Call& call) noexcept {
+  switch (call.kind) {
+    case CollectiveKind::broadcast:
+    case CollectiveKind::scatter:
+    case CollectiveKind::allgather:
+    case CollectiveKind::allgatherv:
+    case CollectiveKind::recv:
+      return call.out.bytes();
+    default:
+      return call.in.bytes();
+  }
+}
+
+}  // namespace tandem::algorithms::detail

@@ -1,0 +1,142 @@
+#pragma once
+// Small helpers shared by the algorithm files: block partitions, chunking, request batches.
+
+#include "algorithms/algorithm.hpp"
+#include "transport/mesh.hpp"
+
+#include <tandem/error.hpp>
+#include <tandem/types.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstring>
+#include <initializer_list>
+#include <span>
+#include <vector>
+
+namespace tandem::algorithms::detail {
+
+using transport::Request;
+
+inline int mod(int a, int n) noexcept {
+  return ((a % n) + n) % n;
+}
+
+inline bool is_pow2(int n) noexcept {
+  return n > 0 && (n & (n - 1)) == 0;
+}
+
+/// Largest power of two <= n (n >= 1).
+inline int pow2_floor(int n) noexcept {
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  return p;
+}
+
+/// The transport reduces avg as sum; the algorithm divides once at the end.
+inline ReduceOp wire_op(ReduceOp op) noexcept {
+  return op == ReduceOp::avg ? ReduceOp::sum : op;
+}
+
+inline std::byte* ptr(void* p) noexcept {
+  return static_cast<std::byte*>(p);
+}
+inline const std::byte* ptr(const void* p) noexcept {
+  return static_cast<const std::byte*>(p);
+}
+
+/// memcpy that tolerates dst == src and empty ranges.
+inline void copy_bytes(void* dst, const void* src, std::size_t bytes) noexcept {
+  if (bytes != 0 && dst != src) std::memmove(dst, src, bytes);
+}
+
+/// Elements per pipelining chunk (at least one).
+inline std::size_t chunk_elems(const Context& ctx, DataType dt) noexcept {
+  return std::max<std::size_t>(1, ctx.chunk_bytes / dtype_size(dt));
+}
+
+/// Number of chunks of `count` elements (0 for an empty range).
+inline std::size_t chunks_of(std::size_t count, std::size_t per_chunk) noexcept {
+  return (count + per_chunk - 1) / per_chunk;
+}
+
+/// Element offsets of `count` elements split into `n` near-equal blocks (the first
+/// count % n blocks get one more element): offsets[i]..offsets[i+1] is block i.
+std::vector<std::size_t> even_offsets(std::size_t count, int n);
+
+/// Prefix sums of per-rank counts: offsets[i]..offsets[i+1] is rank i's block.
+std::vector<std::size_t> prefix_offsets(std::span<const std::size_t> counts);
+
+/// A rank's place in the binomial tree over relative ranks 0..n-1 (0 is the root): the
+/// parent clears the lowest set bit; children are vr + mask for every mask below it.
+struct BinomialNode {
+  int parent = -1;  ///< relative rank, -1 at the root
+  int nchildren = 0;
+  std::array<int, 32> children{};  ///< relative ranks, smallest subtree first
+  std::array<int, 32> subtree{};   ///< number of ranks under each child (itself included)
+  int size = 1;                    ///< ranks in this node's subtree, itself included
+};
+
+inline BinomialNode binomial_node(int vr, int n) noexcept {
+  BinomialNode node;
+  for (int mask = 1; mask < n; mask <<= 1) {
+    if ((vr & mask) != 0) {
+      node.parent = vr - mask;
+      break;
+    }
+    if (vr + mask < n) {
+      node.children[static_cast<std::size_t>(node.nchildren)] = vr + mask;
+      node.subtree[static_cast<std::size_t>(node.nchildren)] = std::min(mask, n - vr - mask);
+      node.size += node.subtree[static_cast<std::size_t>(node.nchildren)];
+      ++node.nchildren;
+    }
+  }
+  return node;
+}
+
+/// A fixed-capacity batch of requests whose addresses stay valid while they are posted.
+/// Leaving the scope by an exception with requests still in flight aborts the mesh, so the
+/// transport drops them before their memory goes away.
+class Batch {
+ public:
+  Batch(transport::Mesh& mesh, std::size_t capacity) : mesh_(mesh), reqs_(capacity) {}
+  ~Batch();
+  Batch(const Batch&) = delete;
+  Batch& operator=(const Batch&) = delete;
+
+  /// Posts `r` in the next free slot.
+  Request& post(const Request& r) { return post_at(next_, r); }
+  /// Posts `r` in slot `i` (for batches filled out of order).
+  Request& post_at(std::size_t i, const Request& r) {
+    TANDEM_CHECK(i < reqs_.size() && reqs_[i].peer < 0, "request slot {} of {} unusable", i,
+                 reqs_.size());
+    reqs_[i] = r;
+    mesh_.post(reqs_[i]);
+    next_ = std::max(next_, i + 1);
+    return reqs_[i];
+  }
+  /// Slots used so far (the next post() goes to slot size()).
+  std::size_t size() const noexcept { return next_; }
+  Request& operator[](std::size_t i) noexcept { return reqs_[i]; }
+  /// Waits for request `i`.
+  void wait(std::size_t i, Deadline deadline) { mesh_.wait(reqs_[i], deadline); }
+
+ private:
+  friend void wait_all(transport::Mesh&, std::initializer_list<Batch*>, Deadline);
+  transport::Mesh& mesh_;
+  std::vector<Request> reqs_;  // never resized: posted requests must not move
+  std::size_t next_ = 0;
+};
+
+/// Waits for every request of the batches (all must have been posted).
+void wait_all(transport::Mesh& mesh, std::initializer_list<Batch*> batches, Deadline deadline);
+
+/// Posts `recv` then `send` and waits for both: one exchange step.
+void sendrecv(transport::Mesh& mesh, Request& send, Request& recv, Deadline deadline);
+
+/// Message size in bytes by which the selector chooses (what one rank contributes or, for
+/// the gathering collectives, the whole result).
+std::size_t call_bytes(const Call& call) noexcept;
+
+}  // namespace tandem::algorithms::detail

@@ -1,0 +1,263 @@
+// The registry and selector, TANDEM_ALGO parsing, fingerprints and scratch memory.
+
+#include "algorithms/algorithm.hpp"
+
+#include <tandem/error.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace tandem::algorithms {
+namespace {
+
+const Registry& reg() {
+  return Registry::builtin();
+}
+
+/// A call of `kind` whose selector-relevant size is `bytes` (f32 elements).
+Call shaped(CollectiveKind kind, std::size_t bytes, int world) {
+  static float dummy[2];
+  Call c;
+  c.kind = kind;
+  const std::size_t n = bytes / sizeof(float);
+  const auto w = static_cast<std::size_t>(world);
+  std::size_t in = n;
+  std::size_t out = n;
+  switch (kind) {
+    case CollectiveKind::allgather:
+    case CollectiveKind::gather:
+      out = n;
+      in = n / w;
+      break;
+    case CollectiveKind::reduce_scatter:
+      in = n;
+      out = n / w;
+      break;
+    case CollectiveKind::scatter:
+      out = n;
+      in = n * w;
+      break;
+    default:
+      break;
+  }
+  c.in = BufferView::raw(&dummy[0], in, DataType::f32);
+  c.out = BufferView::raw(&dummy[1], out, DataType::f32);
+  return c;
+}
+
+std::string_view pick(CollectiveKind kind, std::size_t bytes, int world,
+                      std::string_view forced = {}, bool strict = false) {
+  return reg().select(shaped(kind, bytes, world), world, forced, strict).name();
+}
+
+Call of_kind(CollectiveKind kind) {
+  Call c;
+  c.kind = kind;
+  return c;
+}
+
+ErrorCode code_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  return ErrorCode::Internal;  // "did not throw" never equals the codes tested for
+}
+
+TEST(Registry, HasEveryCollective) {
+  const std::pair<CollectiveKind, std::vector<std::string>> expected[] = {
+      {CollectiveKind::allreduce, {"ring", "recursive_doubling", "tree", "rabenseifner"}},
+      {CollectiveKind::broadcast, {"tree", "ring"}},
+      {CollectiveKind::reduce, {"tree", "ring"}},
+      {CollectiveKind::allgather, {"ring", "recursive_doubling", "bruck"}},
+      {CollectiveKind::allgatherv, {"ring"}},
+      {CollectiveKind::reduce_scatter, {"ring", "recursive_halving"}},
+      {CollectiveKind::alltoall, {"pairwise"}},
+      {CollectiveKind::gather, {"linear", "binomial"}},
+      {CollectiveKind::scatter, {"linear", "binomial"}},
+      {CollectiveKind::barrier, {"dissemination"}},
+      {CollectiveKind::send, {"direct"}},
+      {CollectiveKind::recv, {"direct"}},
+  };
+  for (const auto& [kind, names] : expected) {
+    std::vector<std::string> got;
+    for (const Algorithm* a : reg().of(kind)) {
+      EXPECT_EQ(a->kind(), kind);
+      got.emplace_back(a->name());
+    }
+    EXPECT_EQ(got, names) << to_string(kind);
+    for (const auto& name : names) EXPECT_NE(reg().find(kind, name), nullptr) << name;
+  }
+  EXPECT_EQ(reg().find(CollectiveKind::allreduce, "RING"),
+            reg().find(CollectiveKind::allreduce, "ring"));
+  EXPECT_EQ(reg().find(CollectiveKind::allreduce, "bruck"), nullptr);
+  EXPECT_EQ(reg().find(CollectiveKind::barrier, "ring"), nullptr);
+}
+
+TEST(Registry, AddRejectsDuplicates) {
+  Registry r;
+  struct Dummy final : Algorithm {
+    std::string_view name() const noexcept override { return "dummy"; }
+    CollectiveKind kind() const noexcept override { return CollectiveKind::barrier; }
+    bool supports(const Call&, int) const noexcept override { return true; }
+    void run(const Call&, Context&) const override {}
+  };
+  r.add(std::make_unique<Dummy>());
+  EXPECT_EQ(r.of(CollectiveKind::barrier).size(), 1u);
+  EXPECT_THROW(r.add(std::make_unique<Dummy>()), Error);
+  EXPECT_EQ(r.select(of_kind(CollectiveKind::barrier), 4, {}, false).name(), "dummy");
+  EXPECT_EQ(code_of([&] { r.select(of_kind(CollectiveKind::allreduce), 4, {}, false); }),
+            ErrorCode::InvalidArgument);
+}
+
+TEST(Selector, PicksBySize) {
+  EXPECT_EQ(pick(CollectiveKind::allreduce, 8, 4), "recursive_doubling");
+  EXPECT_EQ(pick(CollectiveKind::allreduce, 16 * 1024 - 4, 4), "recursive_doubling");
+  EXPECT_EQ(pick(CollectiveKind::allreduce, 16 * 1024, 4), "ring");
+  EXPECT_EQ(pick(CollectiveKind::allreduce, 64 << 20, 3), "ring");
+  EXPECT_EQ(pick(CollectiveKind::broadcast, 1024, 5), "tree");
+  EXPECT_EQ(pick(CollectiveKind::broadcast, 1 << 20, 5), "ring");
+  EXPECT_EQ(pick(CollectiveKind::reduce, 1024, 5), "tree");
+  EXPECT_EQ(pick(CollectiveKind::reduce, 1 << 20, 5), "ring");
+  // Power-of-two-only algorithms fall back on other world sizes.
+  EXPECT_EQ(pick(CollectiveKind::allgather, 1024, 4), "recursive_doubling");
+  EXPECT_EQ(pick(CollectiveKind::allgather, 1020, 3), "bruck");
+  EXPECT_EQ(pick(CollectiveKind::allgather, 4 << 20, 4), "ring");
+  EXPECT_EQ(pick(CollectiveKind::reduce_scatter, 1024, 8), "recursive_halving");
+  EXPECT_EQ(pick(CollectiveKind::reduce_scatter, 1020, 6), "ring");
+  EXPECT_EQ(pick(CollectiveKind::reduce_scatter, 4 << 20, 8), "ring");
+  EXPECT_EQ(pick(CollectiveKind::gather, 64, 8), "binomial");
+  EXPECT_EQ(pick(CollectiveKind::gather, 64, 4), "linear");
+  EXPECT_EQ(pick(CollectiveKind::scatter, 1 << 20, 8), "linear");
+  EXPECT_EQ(pick(CollectiveKind::alltoall, 1 << 20, 8), "pairwise");
+  EXPECT_EQ(pick(CollectiveKind::barrier, 0, 8), "dissemination");
+  EXPECT_EQ(pick(CollectiveKind::send, 8, 2), "direct");
+  EXPECT_EQ(pick(CollectiveKind::recv, 8, 2), "direct");
+  EXPECT_EQ(pick(CollectiveKind::allreduce, 8, 1), "recursive_doubling");
+}
+
+TEST(Selector, AllgathervNeedsCountsPerRank) {
+  Call c = shaped(CollectiveKind::allgatherv, 64, 3);
+  const std::size_t counts[] = {1, 2, 3};
+  c.counts = counts;
+  EXPECT_EQ(reg().select(c, 3, {}, false).name(), "ring");
+  EXPECT_EQ(code_of([&] { reg().select(c, 4, {}, false); }), ErrorCode::InvalidArgument);
+}
+
+TEST(Selector, ForcedAlgorithm) {
+  EXPECT_EQ(pick(CollectiveKind::allreduce, 8, 4, "ring"), "ring");
+  EXPECT_EQ(pick(CollectiveKind::allreduce, 8, 4, "Tree"), "tree");
+  EXPECT_EQ(pick(CollectiveKind::allreduce, 1 << 20, 4, "rabenseifner", true), "rabenseifner");
+  // "ring" applies to every collective that has one; the others keep their default.
+  EXPECT_EQ(pick(CollectiveKind::broadcast, 8, 4, "ring"), "ring");
+  EXPECT_EQ(pick(CollectiveKind::barrier, 0, 4, "ring"), "dissemination");
+  EXPECT_EQ(pick(CollectiveKind::alltoall, 64, 4, "ring"), "pairwise");
+  // Per collective.
+  const std::string_view spec = "allreduce=tree, broadcast=ring";
+  EXPECT_EQ(pick(CollectiveKind::allreduce, 1 << 20, 4, spec), "tree");
+  EXPECT_EQ(pick(CollectiveKind::broadcast, 8, 4, spec), "ring");
+  EXPECT_EQ(pick(CollectiveKind::reduce, 8, 4, spec), "tree");
+  EXPECT_EQ(pick(CollectiveKind::reduce, 1 << 20, 4, spec), "ring");
+  // Not applicable here: falls back unless strict.
+  EXPECT_EQ(pick(CollectiveKind::allgather, 8 * 1024, 3, "recursive_doubling"), "bruck");
+  EXPECT_EQ(
+      code_of([] { pick(CollectiveKind::allgather, 8 * 1024, 3, "recursive_doubling", true); }),
+      ErrorCode::InvalidArgument);
+  EXPECT_EQ(
+      code_of([] { pick(CollectiveKind::reduce_scatter, 1024, 6, "recursive_halving", true); }),
+      ErrorCode::InvalidArgument);
+  EXPECT_EQ(code_of([] { pick(CollectiveKind::barrier, 0, 4, "ring", true); }),
+            ErrorCode::InvalidArgument);
+}
+
+TEST(Selector, UnknownNamesAreErrors) {
+  try {
+    pick(CollectiveKind::allreduce, 8, 4, "rnig");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    const std::string m = e.message();
+    EXPECT_NE(m.find("rnig"), std::string::npos) << m;
+    for (const char* valid : {"ring", "recursive_doubling", "tree", "rabenseifner"})
+      EXPECT_NE(m.find(valid), std::string::npos) << m;
+  }
+  EXPECT_EQ(code_of([] { pick(CollectiveKind::allreduce, 8, 4, "allreduce=bogus"); }),
+            ErrorCode::InvalidArgument);
+  // An unknown name for another collective does not affect this one... but it is still wrong
+  // for that one.
+  EXPECT_EQ(pick(CollectiveKind::allreduce, 8, 4, "broadcast=bogus"), "recursive_doubling");
+  EXPECT_EQ(code_of([] { pick(CollectiveKind::broadcast, 8, 4, "broadcast=bogus"); }),
+            ErrorCode::InvalidArgument);
+}
+
+TEST(ForcedAlgorithm, Parses) {
+  EXPECT_EQ(forced_algorithm("", CollectiveKind::allreduce), "");
+  EXPECT_EQ(forced_algorithm("ring", CollectiveKind::allreduce), "ring");
+  EXPECT_EQ(forced_algorithm("ring", CollectiveKind::barrier), "ring");
+  EXPECT_EQ(forced_algorithm(" allreduce = ring ; broadcast=tree ", CollectiveKind::broadcast),
+            "tree");
+  EXPECT_EQ(forced_algorithm("allreduce=ring,broadcast=tree", CollectiveKind::allreduce), "ring");
+  EXPECT_EQ(forced_algorithm("allreduce=ring,broadcast=tree", CollectiveKind::reduce), "");
+  EXPECT_EQ(forced_algorithm("tree,allreduce=ring", CollectiveKind::allreduce), "ring");
+  EXPECT_EQ(forced_algorithm("allreduce=ring,tree", CollectiveKind::allreduce), "ring");
+  EXPECT_EQ(forced_algorithm("allreduce=ring,tree", CollectiveKind::broadcast), "tree");
+  EXPECT_EQ(forced_algorithm("ALLREDUCE=ring", CollectiveKind::allreduce), "ring");
+  EXPECT_EQ(forced_algorithm("reduce_scatter=recursive_halving", CollectiveKind::reduce_scatter),
+            "recursive_halving");
+  EXPECT_EQ(forced_algorithm(",,ring,", CollectiveKind::allgather), "ring");
+  for (const char* bad : {"allreduce=", "=ring", "allreduse=ring", "allreduce=ring,foo=tree"})
+    EXPECT_EQ(code_of([&] { forced_algorithm(bad, CollectiveKind::allreduce); }),
+              ErrorCode::InvalidArgument)
+        << bad;
+}
+
+TEST(Fingerprint, EveryFieldCounts) {
+  const auto base = fingerprint(CollectiveKind::allreduce, DataType::f32, 1000, 0, 7);
+  EXPECT_EQ(base, fingerprint(CollectiveKind::allreduce, DataType::f32, 1000, 0, 7));
+  EXPECT_NE(base, fingerprint(CollectiveKind::broadcast, DataType::f32, 1000, 0, 7));
+  EXPECT_NE(base, fingerprint(CollectiveKind::allreduce, DataType::i32, 1000, 0, 7));
+  EXPECT_NE(base, fingerprint(CollectiveKind::allreduce, DataType::f32, 1001, 0, 7));
+  EXPECT_NE(base, fingerprint(CollectiveKind::allreduce, DataType::f32, 1000, 1, 7));
+  EXPECT_NE(base, fingerprint(CollectiveKind::allreduce, DataType::f32, 1000, 0, 8));
+  // Consecutive sequence numbers and counts all differ (no trivial collisions).
+  std::set<std::uint32_t> seen;
+  for (std::uint64_t seq = 0; seq < 10000; ++seq)
+    seen.insert(fingerprint(CollectiveKind::allreduce, DataType::f32, 1000, 0, seq));
+  for (std::size_t count = 0; count < 10000; ++count)
+    seen.insert(fingerprint(CollectiveKind::allreduce, DataType::f32, count, 0, 12345678));
+  EXPECT_GT(seen.size(), 19990u);
+}
+
+TEST(Fingerprint, SendMatchesRecv) {
+  // The two sides name each other as the peer; the tag must still agree.
+  EXPECT_EQ(fingerprint(CollectiveKind::send, DataType::u8, 64, 1, 42),
+            fingerprint(CollectiveKind::recv, DataType::u8, 64, 0, 42));
+  EXPECT_NE(fingerprint(CollectiveKind::send, DataType::u8, 64, 1, 42),
+            fingerprint(CollectiveKind::send, DataType::u8, 64, 1, 43));
+  EXPECT_NE(fingerprint(CollectiveKind::send, DataType::u8, 64, 1, 42),
+            fingerprint(CollectiveKind::send, DataType::u8, 65, 1, 42));
+}
+
+TEST(Scratch, AlignedAndReused) {
+  Scratch s;
+  std::byte* a = s.get(100);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a) % 64, 0u);
+  a[99] = std::byte{1};
+  EXPECT_EQ(s.get(50), a);  // never shrinks: the same block
+  std::byte* b = s.get(1 << 20);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b) % 64, 0u);
+  b[(1 << 20) - 1] = std::byte{2};
+  EXPECT_EQ(s.get(1000), b);
+  EXPECT_NE(s.get(0), nullptr);
+}
+
+}  // namespace
+}  // namespace tandem::algorithms
