@@ -10,6 +10,11 @@
 ///  - nothing waits forever: every operation has a deadline (TANDEM_TIMEOUT, default 600 s);
 ///  - when a peer dies or fails, every pending and later operation fails with
 ///    Error(PeerLost) naming that peer: the communicator is poisoned and must be rebuilt.
+///    The first failure of any operation poisons it the same way (its peers are told);
+///  - blocking calls run on the calling thread when nothing is queued; asynchronous calls
+///    run on one worker thread per communicator, in call order with the blocking ones;
+///  - at TANDEM_DEBUG=DETAIL the ranks compare every collective call before running it, so
+///    that mismatched calls fail at once with Error(Mismatch) listing each rank's call.
 
 #include <tandem/error.hpp>
 #include <tandem/store.hpp>
@@ -50,9 +55,14 @@ struct CommOptions {
   std::optional<std::chrono::milliseconds> timeout;
   /// Force shared memory off (TANDEM_SHM_DISABLE); ranks on one host then use TCP.
   std::optional<bool> shm_disable;
-  /// Force one algorithm name for every collective that supports it (TANDEM_ALGO).
+  /// Force algorithms, in TANDEM_ALGO's syntax: "ring" (every collective that has one) or
+  /// "allreduce=ring,broadcast=tree". Where the named algorithm does not support a call the
+  /// selector chooses (logged once at INFO). Replaces TANDEM_ALGO when set.
   std::optional<std::string> algorithm;
-  /// Namespace of this communicator's keys in the store (default derived from the restart round).
+  /// Namespace of this communicator's keys in the store (default "tandem/r<restart>/world",
+  /// from TANDEM_RESTART_COUNT). Creating several communicators of one group over one store
+  /// is fine: each rank numbers the ones it creates under a prefix, and the n-th of every
+  /// rank belong together.
   std::string store_prefix;
 };
 
@@ -142,6 +152,10 @@ class Communicator {
                                       const CallOptions& o = {});
 
   // ---- point to point (ordered with the collectives of this communicator) ---------------
+  /// The tag must match between sender and receiver, as must the count and dtype. Blocking
+  /// send() may wait until the peer receives (large messages). Asynchronous sends and receives
+  /// are posted in call order and progress together: a rank may post a recv_async and then a
+  /// send_async (a ring exchange) before waiting for either.
   void send(BufferView buf, int peer, std::uint32_t tag = 0, const CallOptions& o = {});
   void recv(BufferView buf, int peer, std::uint32_t tag = 0, const CallOptions& o = {});
   std::shared_ptr<Work> send_async(BufferView buf, int peer, std::uint32_t tag = 0,
@@ -158,7 +172,8 @@ class Communicator {
   std::shared_ptr<Communicator> split(int color, int key);
 
   /// Fails every pending and later operation with Error(Aborted) carrying `reason`, and tells
-  /// the peers, which fail theirs with Error(Aborted) naming this rank.
+  /// the peers, which fail theirs with Error(Aborted) naming this rank. Safe to call from any
+  /// thread, also while another thread is blocked in a collective of this communicator.
   void abort(std::string_view reason);
   /// True once the communicator failed or was aborted; error() says why.
   bool poisoned() const noexcept;
@@ -166,7 +181,10 @@ class Communicator {
 
   /// "shm" or "tcp": how this rank reaches `peer` ("self" for its own rank).
   std::string_view transport_to(int peer) const;
-  /// Name of the algorithm the selector would run for this call shape (tools, debugging).
+  /// Name of the algorithm the selector would run for this call shape (tools, debugging),
+  /// TANDEM_ALGO / CommOptions::algorithm included; "local" on a one-rank communicator.
+  /// `bytes` counts f32 elements as nccl-tests does: the whole output of allgather and
+  /// gather, the whole input of reduce_scatter and scatter, the buffer otherwise.
   std::string_view algorithm_for(CollectiveKind kind, std::size_t bytes) const;
   /// The communicator's default timeout.
   std::chrono::milliseconds timeout() const noexcept;

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <string>
 
 namespace tandem {
 
@@ -38,6 +39,9 @@ class Work {
   void mark_failed(std::exception_ptr error);
 
  protected:
+  /// What the operation is, for the Timeout message of wait() ("allreduce #3 (f32 x 8, ring)").
+  virtual std::string describe() const;
+
   enum class State : std::uint8_t { pending, done, failed };
   std::atomic<State> state_{State::pending};
   mutable std::mutex mutex_;

@@ -17,9 +17,6 @@ using enum Type;
 // The one table of TANDEM_* variables, sorted by name. README.md documents exactly these
 // (tests/unit/core/settings_test.cpp checks both directions).
 constexpr std::array kSettings{
-    Setting{"TANDEM_AGENT_STORE", boolean, "0",
-            "Set by tandemrun: the launcher hosts the store at MASTER_ADDR:MASTER_PORT, so rank 0 "
-            "does not."},
     Setting{"TANDEM_ALGO", string, "",
             "Forces an algorithm (e.g. ring, recursive_doubling, tree), optionally per "
             "collective: allreduce=ring,broadcast=tree."},
@@ -41,6 +38,9 @@ constexpr std::array kSettings{
             "Network interface for TCP (e.g. eth0); empty: the interface that routes to "
             "MASTER_ADDR, loopback on one host."},
     Setting{"TANDEM_SPIN_US", integer, "50", "Microseconds a waiting rank spins before it blocks."},
+    Setting{"TANDEM_STORE_ADDR", string, "",
+            "Set by tandemrun: host:port of its rendezvous store, which every rank joins (rank 0 "
+            "then hosts none at MASTER_ADDR:MASTER_PORT)."},
     Setting{"TANDEM_STORE_TOKEN", string, "",
             "Shared secret for the store and peer handshakes (tandemrun generates one)."},
     Setting{"TANDEM_TIMEOUT", seconds, "600",

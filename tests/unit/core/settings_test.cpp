@@ -170,7 +170,7 @@ TEST(Settings, DeclaresExactlyTheDocumentedNamesTypesAndDefaults) {
       {"TANDEM_SOCKETS_PER_PEER", {Type::integer, "1"}},
       {"TANDEM_SPIN_US", {Type::integer, "50"}},
       {"TANDEM_STORE_TOKEN", {Type::string, ""}},
-      {"TANDEM_AGENT_STORE", {Type::boolean, "0"}},
+      {"TANDEM_STORE_ADDR", {Type::string, ""}},
       {"TANDEM_RUN_ID", {Type::string, ""}},
       {"TANDEM_RESTART_COUNT", {Type::integer, "0"}},
   };

@@ -1,0 +1,186 @@
+#include "comm/bootstrap.hpp"
+
+#include "core/reduce.hpp"
+
+#include <tandem/error.hpp>
+#include <tandem/log.hpp>
+#include <tandem/settings.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace tandem::comm {
+std::chrono::milliseconds timeout_from(const CommOptions& o) {
+  if (o.timeout) {
+    TANDEM_CHECK_ARG(o.timeout->count() > 0, "CommOptions::timeout must be positive (got {} ms)",
+                     o.timeout->count());
+    return *o.timeout;
+  }
+  const auto t =
+      std::chrono::ceil<std::chrono::milliseconds>(settings::get_seconds("TANDEM_TIMEOUT"));
+  TANDEM_CHECK_ARG(t.count() > 0, "TANDEM_TIMEOUT must be positive (example: TANDEM_TIMEOUT=600)");
+  return t;
+}
+
+namespace {
+
+transport::MeshOptions mesh_options(const CommOptions& o, std::chrono::milliseconds timeout) {
+  transport::MeshOptions m;
+  m.shm_disable = o.shm_disable ? *o.shm_disable : settings::get_bool("TANDEM_SHM_DISABLE");
+  m.socket_ifname = settings::get_string("TANDEM_SOCKET_IFNAME");
+  m.token = settings::get_string("TANDEM_STORE_TOKEN");
+  const auto spin_us = settings::get_int("TANDEM_SPIN_US");
+  TANDEM_CHECK_ARG(spin_us >= 0, "TANDEM_SPIN_US={} must not be negative (0 blocks at once)",
+                   spin_us);
+  m.spin_time = std::chrono::microseconds(spin_us);
+  const auto buff = settings::get_bytes("TANDEM_BUFFSIZE");
+  TANDEM_CHECK_ARG(buff >= 4096, "TANDEM_BUFFSIZE={} is too small (at least 4K; default 4M)", buff);
+  m.shm_buffer_bytes = static_cast<std::size_t>(buff);
+  const auto sockets = settings::get_int("TANDEM_SOCKETS_PER_PEER");
+  TANDEM_CHECK_ARG(sockets >= 1 && sockets <= 64,
+                   "TANDEM_SOCKETS_PER_PEER={} is out of range (1 to 64; default 1)", sockets);
+  m.sockets_per_peer = static_cast<int>(sockets);
+  m.connect_timeout = timeout;
+  return m;
+}
+
+std::size_t chunk_bytes_from_settings() {
+  const auto chunk = settings::get_bytes("TANDEM_CHUNK_SIZE");
+  TANDEM_CHECK_ARG(chunk >= 64, "TANDEM_CHUNK_SIZE={} is too small (at least 64; default 1M)",
+                   chunk);
+  return static_cast<std::size_t>(chunk / 64 * 64);
+}
+
+// Ranks with this rank's host_id, in rank order, are its host's ranks.
+void find_local(Communicator::Impl& impl) {
+  const std::string& mine = impl.mesh->peer_info(impl.rank).host_id;
+  impl.local_rank = 0;
+  impl.local_size = 0;
+  for (int r = 0; r < impl.size; ++r) {
+    if (impl.mesh->peer_info(r).host_id != mine) continue;
+    if (r < impl.rank) ++impl.local_rank;
+    ++impl.local_size;
+  }
+}
+
+void log_summary(const Communicator::Impl& impl) {
+  if (!log::enabled(log::Level::info, log::Subsys::init)) return;
+  std::string links;
+  if (impl.mesh) {
+    for (auto link : {transport::Link::shm, transport::Link::tcp}) {
+      std::vector<int> ranks;
+      for (int r = 0; r < impl.size; ++r)
+        if (r != impl.rank && impl.mesh->link(r) == link) ranks.push_back(r);
+      if (ranks.empty()) continue;
+      links +=
+          fmt::format("{}{} to rank{} {}", links.empty() ? "" : ", ", transport::to_string(link),
+                      ranks.size() > 1 ? "s" : "", format_ranks(ranks));
+    }
+  } else {
+    links = "no peers";
+  }
+  TANDEM_INFO(init,
+              "communicator '{}': rank {} of {}, local rank {} of {}; {}; kernels {}; timeout {} "
+              "s; chunk {}{}",
+              impl.prefix, impl.rank, impl.size, impl.local_rank, impl.local_size, links,
+              core::kernel_target(), impl.timeout.count() / 1000.0, format_bytes(impl.chunk_bytes),
+              impl.policy.spec().empty()
+                  ? ""
+                  : fmt::format("; forced algorithms '{}'", impl.policy.spec()));
+  if (impl.size > 1) {
+    const auto& reg = algorithms::Registry::builtin();
+    TANDEM_INFO(init, "communicator '{}': allreduce: {}; broadcast: {}", impl.prefix,
+                describe_choices(impl.policy, reg, CollectiveKind::allreduce, impl.size),
+                describe_choices(impl.policy, reg, CollectiveKind::broadcast, impl.size));
+  }
+}
+
+}  // namespace
+
+std::string format_ranks(const std::vector<int>& ranks) {
+  std::string s;
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!s.empty()) s += ',';
+    s += j == i ? fmt::format("{}", ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]);
+    i = j + 1;
+  }
+  return s;
+}
+
+std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, int rank, int size,
+                                          CommOptions options, bool is_world) {
+  TANDEM_CHECK_ARG(size >= 1, "Communicator::create: size {} must be at least 1", size);
+  TANDEM_CHECK_ARG(rank >= 0 && rank < size,
+                   "Communicator::create: rank {} is out of range [0, {}) for size {}", rank, size,
+                   size);
+  if (!store) {
+    TANDEM_CHECK_ARG(size == 1,
+                     "Communicator::create: store is null (a group of {} ranks rendezvous "
+                     "through a store: pass a TcpStore, FileStore or HashStore)",
+                     size);
+    store = std::make_shared<store::HashStore>();
+  }
+
+  auto impl = std::make_unique<Communicator::Impl>();
+  impl->rank = rank;
+  impl->size = size;
+  impl->is_world = is_world;
+  impl->timeout = timeout_from(options);
+  impl->chunk_bytes = chunk_bytes_from_settings();
+  impl->verify_calls = log::enabled(log::Level::detail, log::Subsys::coll);
+  const auto& reg = algorithms::Registry::builtin();
+  if (options.algorithm) {
+    impl->policy = AlgoPolicy(*options.algorithm, "CommOptions::algorithm", reg);
+  } else {
+    impl->policy = AlgoPolicy(settings::get_string("TANDEM_ALGO"), "TANDEM_ALGO", reg);
+  }
+  const auto mesh_opts = mesh_options(options, impl->timeout);
+  impl->spin_time = mesh_opts.spin_time;
+
+  std::string prefix = options.store_prefix;
+  if (prefix.empty())
+    prefix = fmt::format("tandem/r{}/world", settings::get_int("TANDEM_RESTART_COUNT"));
+  if (size > 1) {
+    // Every rank counts the communicators it created under this prefix; the n-th of each
+    // rank belong together, so creating a second group over the same store does not read
+    // the first one's keys.
+    const auto generation = store->add(fmt::format("{}/generation/{}", prefix, rank), 1);
+    if (generation > 1) prefix = fmt::format("{}/{}", prefix, generation);
+  }
+  impl->prefix = prefix;
+  impl->base_store = store;
+  impl->store = std::make_shared<store::PrefixStore>(prefix, store);
+  impl->store->set_timeout(impl->timeout);
+  impl->options = std::move(options);
+  if (is_world) log::set_rank(rank, size);
+
+  if (size > 1) {
+    try {
+      impl->mesh = transport::connect_mesh(*impl->store, rank, size, mesh_opts);
+    } catch (const Error& e) {
+      throw Error(e.code(),
+                  fmt::format("creating communicator '{}' (rank {} of {}): {}", prefix, rank, size,
+                              e.message()),
+                  __FILE__, __LINE__);
+    }
+    find_local(*impl);
+  }
+  log_summary(*impl);
+  return impl;
+}
+
+}  // namespace tandem::comm
+
+namespace tandem {
+
+std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<store::Store> store, int rank,
+                                                   int size, CommOptions options) {
+  auto impl = comm::build(std::move(store), rank, size, std::move(options), true);
+  return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
+}
+
+}  // namespace tandem

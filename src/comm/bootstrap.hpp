@@ -1,0 +1,27 @@
+#pragma once
+// Building a communicator's state: settings, the store namespace, the mesh, the summary
+// logged at TANDEM_DEBUG=INFO. create(), from_env() and split() wrap the result.
+
+#include "comm/impl.hpp"
+
+#include <tandem/communicator.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tandem::comm {
+
+/// Validates the arguments, connects the mesh (size > 1) and returns the state of a new
+/// communicator. `is_world` communicators set the rank shown in log lines.
+std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, int rank, int size,
+                                          CommOptions options, bool is_world);
+
+/// The communicator timeout: CommOptions::timeout, else TANDEM_TIMEOUT.
+std::chrono::milliseconds timeout_from(const CommOptions& options);
+
+/// "1-3,5,7-8".
+std::string format_ranks(const std::vector<int>& sorted_ranks);
+
+}  // namespace tandem::comm

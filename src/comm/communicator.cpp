@@ -1,0 +1,232 @@
+// The API: every call is checked on the calling thread, given its algorithm, and handed to
+// the executor (executor.cpp) blocking or asynchronously.
+
+#include "comm/impl.hpp"
+#include "comm/policy.hpp"
+#include "comm/validate.hpp"
+
+#include <tandem/communicator.hpp>
+#include <tandem/error.hpp>
+
+namespace tandem {
+namespace {
+
+using Impl = Communicator::Impl;
+
+comm::Op make_op(const Impl& impl, CollectiveKind kind, BufferView in, BufferView out, ReduceOp op,
+                 int root, std::span<const std::size_t> counts, const CallOptions& o) {
+  comm::Op x;
+  auto& c = x.call;
+  c.kind = kind;
+  c.in = in;
+  c.out = out;
+  c.op = op;
+  c.root = root;
+  c.counts = counts;
+  x.issued = Clock::now();
+  const auto timeout = std::chrono::duration_cast<Clock::duration>(impl.timeout);
+  c.deadline = timeout >= Deadline::max() - x.issued ? Deadline::max() : x.issued + timeout;
+  if (o.deadline && *o.deadline < c.deadline) c.deadline = *o.deadline;
+  comm::validate(c, impl.rank, impl.size);
+  // What a rank does not use is normalised, so algorithms see one shape: a broadcast's
+  // input matters on the root only.
+  if (kind == CollectiveKind::broadcast && impl.rank != root) c.in = c.out;
+  if (impl.size == 1) {
+    if (!o.algorithm.empty() && algorithms::Registry::builtin().find(kind, o.algorithm) == nullptr)
+      impl.policy.choose(algorithms::Registry::builtin(), c, 1, o.algorithm);  // throws
+    return x;
+  }
+  x.algorithm = &impl.policy.choose(algorithms::Registry::builtin(), c, impl.size, o.algorithm);
+  return x;
+}
+
+void run(Impl& impl, CollectiveKind kind, BufferView in, BufferView out, ReduceOp op, int root,
+         std::span<const std::size_t> counts, const CallOptions& o) {
+  comm::Op x = make_op(impl, kind, in, out, op, root, counts, o);
+  impl.run_blocking(x, counts);
+}
+
+std::shared_ptr<Work> submit(Impl& impl, CollectiveKind kind, BufferView in, BufferView out,
+                             ReduceOp op, int root, std::span<const std::size_t> counts,
+                             const CallOptions& o) {
+  return impl.submit(make_op(impl, kind, in, out, op, root, counts, o), counts);
+}
+
+comm::Op make_p2p(const Impl& impl, CollectiveKind kind, BufferView buf, int peer,
+                  std::uint32_t tag, const CallOptions& o) {
+  comm::Op x = make_op(impl, kind, buf, buf, ReduceOp::sum, peer, {}, o);
+  x.user_tag = tag;
+  return x;
+}
+
+}  // namespace
+
+Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Communicator::~Communicator() {
+  if (impl_) impl_->shutdown();
+}
+
+int Communicator::rank() const noexcept {
+  return impl_->rank;
+}
+int Communicator::size() const noexcept {
+  return impl_->size;
+}
+int Communicator::local_rank() const noexcept {
+  return impl_->local_rank;
+}
+int Communicator::local_size() const noexcept {
+  return impl_->local_size;
+}
+
+// ---- allreduce ---------------------------------------------------------------------------
+void Communicator::allreduce(BufferView buf, ReduceOp op, const CallOptions& o) {
+  run(*impl_, CollectiveKind::allreduce, buf, buf, op, 0, {}, o);
+}
+void Communicator::allreduce(BufferView in, BufferView out, ReduceOp op, const CallOptions& o) {
+  run(*impl_, CollectiveKind::allreduce, in, out, op, 0, {}, o);
+}
+std::shared_ptr<Work> Communicator::allreduce_async(BufferView in, BufferView out, ReduceOp op,
+                                                    const CallOptions& o) {
+  return submit(*impl_, CollectiveKind::allreduce, in, out, op, 0, {}, o);
+}
+
+// ---- broadcast ---------------------------------------------------------------------------
+void Communicator::broadcast(BufferView buf, int root, const CallOptions& o) {
+  run(*impl_, CollectiveKind::broadcast, buf, buf, ReduceOp::sum, root, {}, o);
+}
+void Communicator::broadcast(BufferView in, BufferView out, int root, const CallOptions& o) {
+  run(*impl_, CollectiveKind::broadcast, in, out, ReduceOp::sum, root, {}, o);
+}
+std::shared_ptr<Work> Communicator::broadcast_async(BufferView in, BufferView out, int root,
+                                                    const CallOptions& o) {
+  return submit(*impl_, CollectiveKind::broadcast, in, out, ReduceOp::sum, root, {}, o);
+}
+
+// ---- reduce ------------------------------------------------------------------------------
+void Communicator::reduce(BufferView in, BufferView out, ReduceOp op, int root,
+                          const CallOptions& o) {
+  run(*impl_, CollectiveKind::reduce, in, out, op, root, {}, o);
+}
+std::shared_ptr<Work> Communicator::reduce_async(BufferView in, BufferView out, ReduceOp op,
+                                                 int root, const CallOptions& o) {
+  return submit(*impl_, CollectiveKind::reduce, in, out, op, root, {}, o);
+}
+
+// ---- allgather / allgatherv ----------------------------------------------------------------
+void Communicator::allgather(BufferView in, BufferView out, const CallOptions& o) {
+  run(*impl_, CollectiveKind::allgather, in, out, ReduceOp::sum, 0, {}, o);
+}
+std::shared_ptr<Work> Communicator::allgather_async(BufferView in, BufferView out,
+                                                    const CallOptions& o) {
+  return submit(*impl_, CollectiveKind::allgather, in, out, ReduceOp::sum, 0, {}, o);
+}
+void Communicator::allgatherv(BufferView in, BufferView out, std::span<const std::size_t> counts,
+                              const CallOptions& o) {
+  run(*impl_, CollectiveKind::allgatherv, in, out, ReduceOp::sum, 0, counts, o);
+}
+std::shared_ptr<Work> Communicator::allgatherv_async(BufferView in, BufferView out,
+                                                     std::span<const std::size_t> counts,
+                                                     const CallOptions& o) {
+  return submit(*impl_, CollectiveKind::allgatherv, in, out, ReduceOp::sum, 0, counts, o);
+}
+
+// ---- reduce_scatter / alltoall -----------------------------------------------------------
+void Communicator::reduce_scatter(BufferView in, BufferView out, ReduceOp op,
+                                  const CallOptions& o) {
+  run(*impl_, CollectiveKind::reduce_scatter, in, out, op, 0, {}, o);
+}
+std::shared_ptr<Work> Communicator::reduce_scatter_async(BufferView in, BufferView out, ReduceOp op,
+                                                         const CallOptions& o) {
+  return submit(*impl_, CollectiveKind::reduce_scatter, in, out, op, 0, {}, o);
+}
+void Communicator::alltoall(BufferView in, BufferView out, const CallOptions& o) {
+  run(*impl_, CollectiveKind::alltoall, in, out, ReduceOp::sum, 0, {}, o);
+}
+std::shared_ptr<Work> Communicator::alltoall_async(BufferView in, BufferView out,
+                                                   const CallOptions& o) {
+  return submit(*impl_, CollectiveKind::alltoall, in, out, ReduceOp::sum, 0, {}, o);
+}
+
+// ---- gather / scatter --------------------------------------------------------------------
+void Communicator::gather(BufferView in, BufferView out, int root, const CallOptions& o) {
+  run(*impl_, CollectiveKind::gather, in, out, ReduceOp::sum, root, {}, o);
+}
+std::shared_ptr<Work> Communicator::gather_async(BufferView in, BufferView out, int root,
+                                                 const CallOptions& o) {
+  return submit(*impl_, CollectiveKind::gather, in, out, ReduceOp::sum, root, {}, o);
+}
+void Communicator::scatter(BufferView in, BufferView out, int root, const CallOptions& o) {
+  run(*impl_, CollectiveKind::scatter, in, out, ReduceOp::sum, root, {}, o);
+}
+std::shared_ptr<Work> Communicator::scatter_async(BufferView in, BufferView out, int root,
+                                                  const CallOptions& o) {
+  return submit(*impl_, CollectiveKind::scatter, in, out, ReduceOp::sum, root, {}, o);
+}
+
+// ---- point to point ------------------------------------------------------------------------
+void Communicator::send(BufferView buf, int peer, std::uint32_t tag, const CallOptions& o) {
+  comm::Op x = make_p2p(*impl_, CollectiveKind::send, buf, peer, tag, o);
+  impl_->run_blocking(x, {});
+}
+void Communicator::recv(BufferView buf, int peer, std::uint32_t tag, const CallOptions& o) {
+  comm::Op x = make_p2p(*impl_, CollectiveKind::recv, buf, peer, tag, o);
+  impl_->run_blocking(x, {});
+}
+std::shared_ptr<Work> Communicator::send_async(BufferView buf, int peer, std::uint32_t tag,
+                                               const CallOptions& o) {
+  return impl_->submit(make_p2p(*impl_, CollectiveKind::send, buf, peer, tag, o), {});
+}
+std::shared_ptr<Work> Communicator::recv_async(BufferView buf, int peer, std::uint32_t tag,
+                                               const CallOptions& o) {
+  return impl_->submit(make_p2p(*impl_, CollectiveKind::recv, buf, peer, tag, o), {});
+}
+
+// ---- barrier -------------------------------------------------------------------------------
+void Communicator::barrier(const CallOptions& o) {
+  run(*impl_, CollectiveKind::barrier, {}, {}, ReduceOp::sum, 0, {}, o);
+}
+std::shared_ptr<Work> Communicator::barrier_async(const CallOptions& o) {
+  return submit(*impl_, CollectiveKind::barrier, {}, {}, ReduceOp::sum, 0, {}, o);
+}
+
+// ---- state ---------------------------------------------------------------------------------
+void Communicator::abort(std::string_view reason) {
+  impl_->poison(ErrorCode::Aborted,
+                fmt::format("communicator aborted by rank {}: {}", impl_->rank, reason));
+}
+
+bool Communicator::poisoned() const noexcept {
+  return impl_->poisoned.load(std::memory_order_acquire);
+}
+
+std::exception_ptr Communicator::error() const {
+  std::lock_guard guard(impl_->error_mutex);
+  return impl_->error;
+}
+
+std::string_view Communicator::transport_to(int peer) const {
+  TANDEM_CHECK_ARG(peer >= 0 && peer < impl_->size, "transport_to: peer {} is out of range [0, {})",
+                   peer, impl_->size);
+  if (peer == impl_->rank || !impl_->mesh) return "self";
+  return transport::to_string(impl_->mesh->link(peer));
+}
+
+std::string_view Communicator::algorithm_for(CollectiveKind kind, std::size_t bytes) const {
+  if (impl_->size == 1) return "local";
+  return impl_->policy
+      .choose(algorithms::Registry::builtin(), comm::probe_call(kind, bytes, impl_->size),
+              impl_->size, {})
+      .name();
+}
+
+std::chrono::milliseconds Communicator::timeout() const noexcept {
+  return impl_->timeout;
+}
+
+const std::shared_ptr<store::Store>& Communicator::store() const noexcept {
+  return impl_->base_store;
+}
+
+}  // namespace tandem

@@ -1,0 +1,262 @@
+// Ordering. Operations of one communicator run in call order, one thread at a time owning
+// the mesh. A blocking call with nothing queued runs inline on the caller's thread (no
+// thread hop, no allocation); otherwise it is queued behind the others and waited for.
+// Asynchronous calls go to the worker thread (worker.cpp). The first failure poisons the
+// communicator: the mesh is aborted (the peers learn of it) and every later operation
+// fails at once with the same code.
+
+#include "comm/impl.hpp"
+#include "comm/local.hpp"
+#include "comm/validate.hpp"
+#include "comm/verify.hpp"
+
+#include <tandem/error.hpp>
+#include <tandem/log.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <system_error>
+
+namespace tandem {
+
+using comm::Op;
+using comm::OpWork;
+
+namespace comm {
+
+std::string describe(const Op& op) {
+  const auto& c = op.call;
+  const std::string_view algo = op.algorithm != nullptr ? op.algorithm->name() : "local";
+  const auto dtype = to_string(shape_dtype(c));
+  const auto count = shape_count(c);
+  switch (c.kind) {
+    case CollectiveKind::send:
+      return fmt::format("send to rank {} ({} x {}, tag {})", c.root, dtype, count, op.user_tag);
+    case CollectiveKind::recv:
+      return fmt::format("recv from rank {} ({} x {}, tag {})", c.root, dtype, count, op.user_tag);
+    case CollectiveKind::barrier:
+      return fmt::format("barrier #{} ({})", c.seq, algo);
+    case CollectiveKind::broadcast:
+    case CollectiveKind::reduce:
+    case CollectiveKind::gather:
+    case CollectiveKind::scatter:
+      return fmt::format("{} #{} ({} x {}, root {}, {})", to_string(c.kind), c.seq, dtype, count,
+                         c.root, algo);
+    default:
+      return fmt::format("{} #{} ({} x {}, {})", to_string(c.kind), c.seq, dtype, count, algo);
+  }
+}
+
+}  // namespace comm
+
+void Communicator::Impl::assign_sequence(Op& op) {
+  auto& c = op.call;
+  const DataType dtype = comm::shape_dtype(c);
+  const std::size_t count = comm::shape_count(c);
+  if (comm::is_p2p(c.kind)) {
+    // Point to point does not advance the collective sequence; sender and receiver derive
+    // the same tag from the user's tag and the message shape.
+    c.seq = next_seq;
+    c.tag = algorithms::fingerprint(c.kind, dtype, count, c.root, op.user_tag);
+    return;
+  }
+  c.seq = next_seq++;
+  c.tag = algorithms::fingerprint(c.kind, dtype, count, c.root, c.seq);
+}
+
+void Communicator::Impl::run_blocking(Op& op, std::span<const std::size_t> counts) {
+  std::unique_lock lock(mutex);
+  if (queue.empty() && !busy) {
+    assign_sequence(op);
+    busy = true;
+    lock.unlock();
+    struct Release {
+      Impl* self;
+      ~Release() {
+        std::lock_guard guard(self->mutex);
+        self->busy = false;
+        if (!self->queue.empty()) self->worker_cv.notify_one();
+      }
+    } release{this};
+    execute(op, op.issued);  // just made: no second clock read on the latency path
+    return;
+  }
+  // Earlier operations are queued or running: take a place in the queue. Nothing that can
+  // fail comes after the sequence number is taken (a gap would desynchronise the ranks).
+  auto work = std::make_shared<OpWork>(op, counts, timeout);
+  start_worker();
+  assign_sequence(work->op);
+  op.call.seq = work->op.call.seq;
+  op.call.tag = work->op.call.tag;
+  queue.push_back(work);
+  lock.unlock();
+  worker_cv.notify_one();
+  if (!work->finished_by(op.call.deadline)) {
+    // The deadline passed. The operation's buffers live in the caller's frame, so it must
+    // not start after this returns: take it out of the queue if it is still there. If it
+    // started, it runs under this same deadline and ends promptly.
+    lock.lock();
+    const auto it = std::find(queue.begin(), queue.end(), work);
+    if (it != queue.end()) {
+      queue.erase(it);
+      lock.unlock();
+      const std::string message =
+          fail(op, ErrorCode::Timeout,
+               fmt::format("it could not start before its deadline because earlier operations "
+                           "were still running (timeout {} ms)",
+                           timeout.count()),
+               false);
+      TANDEM_THROW(ErrorCode::Timeout, "{}", message);
+    }
+    lock.unlock();
+    work->finished_by(Deadline::max());
+  }
+  work->wait(Deadline::max());  // finished: rethrows its error, if any
+}
+
+std::shared_ptr<Work> Communicator::Impl::submit(const Op& op,
+                                                 std::span<const std::size_t> counts) {
+  auto work = std::make_shared<OpWork>(op, counts, timeout);
+  {
+    std::lock_guard guard(mutex);
+    start_worker();
+    assign_sequence(work->op);
+    queue.push_back(work);
+  }
+  worker_cv.notify_one();
+  return work;
+}
+
+void Communicator::Impl::start_worker() {
+  if (worker.joinable()) return;
+  try {
+    worker = std::thread([this] { worker_loop(); });
+  } catch (const std::system_error& e) {
+    TANDEM_THROW(ErrorCode::Io,
+                 "could not start the communicator's worker thread for asynchronous operations "
+                 "({}); the process may have hit its thread limit (ulimit -u)",
+                 e.what());
+  }
+}
+
+void Communicator::Impl::execute(const Op& op, Clock::time_point now) {
+  if (poisoned.load(std::memory_order_acquire)) throw_poisoned(op);
+  const auto& c = op.call;
+  if (now == Clock::time_point{}) now = Clock::now();
+  const std::string_view algo = op.algorithm != nullptr ? op.algorithm->name() : "local";
+  const auto ticket =
+      recorder.start(c.kind, comm::shape_dtype(c), comm::shape_count(c), c.root, c.seq, algo, now);
+  ErrorCode code = ErrorCode::Internal;
+  std::string what;
+  try {
+    if (now >= c.deadline) {
+      TANDEM_THROW(ErrorCode::Timeout,
+                   "its deadline passed before it could start (earlier operations took too long; "
+                   "timeout {} ms)",
+                   timeout.count());
+    }
+    if (op.algorithm == nullptr) {
+      comm::run_local(c);
+    } else {
+      if (verify_calls && !comm::is_p2p(c.kind)) comm::verify_call(*mesh, c);
+      algorithms::Context ctx{*mesh, scratch, chunk_bytes};
+      op.algorithm->run(c, ctx);
+    }
+    recorder.finish(ticket, true);
+    return;
+  } catch (const Error& e) {
+    code = e.code();
+    what = e.message();
+  } catch (const std::exception& e) {
+    what = fmt::format("unexpected exception (a bug in tandem; please report it): {}", e.what());
+  }
+  recorder.finish(ticket, false);
+  const std::string message = fail(op, code, what);
+  TANDEM_THROW(code, "{}", message);
+}
+
+std::string Communicator::Impl::fail(const Op& op, ErrorCode code, std::string_view what,
+                                     bool owns_mesh) {
+  std::string message = fmt::format("{} failed: {}", comm::describe(op), what);
+  if (!poisoned.load(std::memory_order_acquire)) {
+    poison(code, message);
+    // The recorder belongs to the thread that owns the mesh.
+    if (owns_mesh) TANDEM_WARN(coll, "flight recorder: {}", recorder.dump());
+  }
+  if (mesh && owns_mesh) {
+    // Requests that were posted when the failure struck (an algorithm's, already unwound,
+    // or the worker's) are forgotten by the mesh now, before anything could touch them.
+    try {
+      mesh->test({});
+    } catch (const Error&) {
+    }
+  }
+  return message;
+}
+
+void Communicator::Impl::poison(ErrorCode code, const std::string& message) noexcept {
+  try {
+    {
+      std::lock_guard guard(error_mutex);
+      if (error) return;
+      error = std::make_exception_ptr(Error(code, message));
+      error_code = code;
+      error_message = message;
+      poisoned.store(true, std::memory_order_release);
+    }
+    TANDEM_WARN(coll, "{}", message);
+    if (mesh && !mesh->error()) mesh->abort(Error(code, message));
+  } catch (...) {
+    // Out of memory while formatting: the mesh and the operations still fail on their own.
+  }
+}
+
+void Communicator::Impl::throw_poisoned(const Op& op) const {
+  ErrorCode code;
+  std::string message;
+  {
+    std::lock_guard guard(error_mutex);
+    code = error_code;
+    message = error_message;
+  }
+  TANDEM_THROW(code,
+               "communicator poisoned: {} ({} was not run; destroy this communicator and create a "
+               "new one on every rank)",
+               message, comm::describe(op));
+}
+
+void Communicator::Impl::shutdown() noexcept {
+  std::deque<std::shared_ptr<OpWork>> dropped;
+  bool running = false;
+  {
+    std::lock_guard guard(mutex);
+    stopping = true;
+    dropped.swap(queue);
+    running = active > 0;
+  }
+  if (running) {
+    // Waiting for it could take until its deadline (minutes) if the peers never join.
+    poison(ErrorCode::Aborted,
+           fmt::format("the communicator was destroyed on rank {} while an asynchronous "
+                       "operation was still running (wait() for it before destroying the "
+                       "communicator)",
+                       rank));
+  }
+  for (auto& w : dropped) {
+    try {
+      w->mark_failed(std::make_exception_ptr(
+          Error(ErrorCode::Aborted,
+                fmt::format("{} was not run: the communicator was destroyed first (wait() for "
+                            "asynchronous work before destroying the communicator)",
+                            comm::describe(w->op)))));
+    } catch (...) {
+      w->mark_failed(nullptr);
+    }
+  }
+  worker_cv.notify_all();
+  if (worker.joinable()) worker.join();
+  if (mesh) mesh->close();
+}
+
+}  // namespace tandem

@@ -1,0 +1,157 @@
+#pragma once
+// The state behind a Communicator, shared by the comm/ files: bootstrap (create, from_env,
+// split), the executor (ordering, the worker thread, poisoning) and argument validation.
+
+#include "algorithms/algorithm.hpp"
+#include "comm/flight_recorder.hpp"
+#include "comm/policy.hpp"
+#include "transport/mesh.hpp"
+
+#include <tandem/communicator.hpp>
+#include <tandem/store.hpp>
+#include <tandem/work.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace tandem::comm {
+
+/// One operation as submitted: the algorithm call plus what the executor needs around it.
+struct Op {
+  algorithms::Call call;
+  /// nullptr on a one-rank communicator: the call is a local copy.
+  const algorithms::Algorithm* algorithm = nullptr;
+  /// send/recv: the user's tag (the call's tag is a fingerprint of it).
+  std::uint32_t user_tag = 0;
+  /// When the call was made (its deadline counts from here).
+  Clock::time_point issued{};
+};
+
+inline bool is_p2p(CollectiveKind k) noexcept {
+  return k == CollectiveKind::send || k == CollectiveKind::recv;
+}
+
+/// "allreduce #12 (f32 x 1048576, ring)".
+std::string describe(const Op& op);
+
+/// The Work of an asynchronous (or queued blocking) operation; owns a copy of its arguments.
+class OpWork final : public Work {
+ public:
+  OpWork(const Op& op, std::span<const std::size_t> counts, Clock::duration timeout);
+  Op op;
+  /// allgatherv: the counts, owned here because the caller's span may not outlive the call.
+  std::vector<std::size_t> counts;
+
+  /// Waits without throwing: true when the operation finished by `deadline`.
+  bool finished_by(Deadline deadline);
+
+  // Point to point on the worker: the posted request and its flight-recorder ticket.
+  transport::Request request;
+  std::uint64_t ticket = 0;
+
+ protected:
+  std::string describe() const override;
+};
+
+}  // namespace tandem::comm
+
+namespace tandem {
+
+struct Communicator::Impl {
+  // ---- identity and bootstrap ----
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  bool is_world = true;  ///< not made by split(): sets the rank shown in log lines
+  std::string prefix;    ///< this communicator's key namespace in the store
+  std::shared_ptr<store::Store> base_store;  ///< the store the caller gave
+  std::shared_ptr<store::Store> store;       ///< base_store under `prefix`
+  /// from_env on rank 0: the store server, kept alive as long as the communicator.
+  /// Declared before the mesh so that it is destroyed after it.
+  std::unique_ptr<store::TcpStoreServer> server;
+  CommOptions options;
+  std::chrono::milliseconds timeout{std::chrono::minutes(10)};
+  std::unique_ptr<transport::Mesh> mesh;  ///< null when size == 1
+  comm::AlgoPolicy policy;
+  algorithms::Scratch scratch;
+  std::size_t chunk_bytes = 1u << 20;
+  /// TANDEM_SPIN_US: how long the worker polls posted sends/recvs before it sleeps.
+  std::chrono::nanoseconds spin_time{std::chrono::microseconds(50)};
+  std::uint64_t split_count = 0;
+  /// TANDEM_DEBUG=DETAIL: the ranks compare every collective call before running it.
+  bool verify_calls = false;
+
+  // ---- executor: every operation runs in call order, one thread owning the mesh ----
+  std::mutex mutex;
+  std::condition_variable worker_cv;
+  std::deque<std::shared_ptr<comm::OpWork>> queue;
+  bool busy = false;       ///< a thread owns the mesh (an inline call, or the worker)
+  bool stopping = false;   ///< the destructor runs: the worker exits
+  std::size_t active = 0;  ///< operations taken by the worker and not yet completed
+  std::uint64_t next_seq = 0;
+  std::thread worker;
+  /// Point-to-point operations the worker posted that are not complete (worker only).
+  std::vector<std::shared_ptr<comm::OpWork>> in_flight;
+
+  // ---- failure ----
+  std::atomic<bool> poisoned{false};
+  mutable std::mutex error_mutex;
+  std::exception_ptr error;
+  ErrorCode error_code = ErrorCode::Internal;
+  std::string error_message;
+
+  comm::FlightRecorder recorder;
+
+  // executor.cpp
+  /// Assigns the sequence number and tag (under `mutex`), then runs the call inline or
+  /// behind the queued operations, and returns when it finished. Throws its Error.
+  void run_blocking(comm::Op& op, std::span<const std::size_t> counts);
+  /// Queues the call for the worker thread and returns its Work.
+  std::shared_ptr<Work> submit(const comm::Op& op, std::span<const std::size_t> counts);
+  /// Runs one operation on this thread (the caller owns the mesh). Throws its Error.
+  /// `now`: the current time, when the caller just read it.
+  void execute(const comm::Op& op, Clock::time_point now = {});
+  /// "<op> failed: <what>": records the first failure as the poison (aborting the mesh
+  /// unless the mesh failed by itself) and returns the message. `owns_mesh`: the calling
+  /// thread owns the mesh and makes it forget the requests posted when the failure struck.
+  std::string fail(const comm::Op& op, ErrorCode code, std::string_view what,
+                   bool owns_mesh = true);
+  /// Records the first failure, aborts the mesh unless the mesh failed by itself.
+  void poison(ErrorCode code, const std::string& message) noexcept;
+  /// The Error every operation after the first failure gets.
+  [[noreturn]] void throw_poisoned(const comm::Op& op) const;
+  /// Fails queued work with Aborted, stops the worker, closes the mesh.
+  void shutdown() noexcept;
+  void assign_sequence(comm::Op& op);
+  /// Starts the worker thread unless it runs (caller holds `mutex`); Error(Io) on failure.
+  void start_worker();
+
+  // worker.cpp
+  void worker_loop();
+  /// Runs a collective taken from the queue and completes its Work.
+  void run_collective(const std::shared_ptr<comm::OpWork>& work);
+  /// Posts a send/recv taken from the queue (it completes later, in progress_p2p()).
+  void start_p2p(const std::shared_ptr<comm::OpWork>& work);
+  /// Advances the posted point-to-point operations; completes those that finished or
+  /// failed. True when any completed.
+  bool progress_p2p();
+  /// Fails every posted point-to-point operation (the first with "<op> failed: <what>"
+  /// unless the communicator is poisoned already, then each with the poison).
+  void fail_in_flight(ErrorCode code, std::string_view what);
+  /// Completes `work` after it left `active`, so that whoever sees it done may destroy the
+  /// communicator without it counting as running.
+  void complete(const std::shared_ptr<comm::OpWork>& work, std::exception_ptr failure);
+};
+
+}  // namespace tandem

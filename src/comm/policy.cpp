@@ -1,0 +1,212 @@
+#include "comm/policy.hpp"
+
+#include <tandem/error.hpp>
+#include <tandem/log.hpp>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <vector>
+
+namespace tandem::comm {
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+std::string all_names(const algorithms::Registry& reg) {
+  std::vector<std::string_view> names;
+  for (std::size_t k = 0; k < kKindCount; ++k) {
+    for (const auto* a : reg.of(static_cast<CollectiveKind>(k))) {
+      bool seen = false;
+      for (auto n : names) seen = seen || n == a->name();
+      if (!seen) names.push_back(a->name());
+    }
+  }
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+}  // namespace
+
+std::string algorithm_names(const algorithms::Registry& reg, CollectiveKind kind) {
+  std::vector<std::string_view> names;
+  for (const auto* a : reg.of(kind)) names.push_back(a->name());
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+AlgoPolicy::AlgoPolicy(std::string_view spec, std::string_view source,
+                       const algorithms::Registry& reg)
+    : spec_(trim(spec)), source_(source) {
+  if (spec_.empty()) return;
+  std::vector<std::string_view> unknown;
+  for (std::size_t k = 0; k < kKindCount; ++k) {
+    std::string_view name;
+    try {
+      name = algorithms::forced_algorithm(spec_, static_cast<CollectiveKind>(k));
+    } catch (const Error& e) {
+      TANDEM_THROW(ErrorCode::InvalidArgument,
+                   "{}='{}': {} (example: {}=ring or {}=allreduce=ring,broadcast=tree)", source_,
+                   spec_, e.message(), source_, source_);
+    }
+    forced_[k] = std::string(name);
+    if (name.empty()) continue;
+    bool exists = false;
+    for (std::size_t j = 0; j < kKindCount && !exists; ++j)
+      exists = reg.find(static_cast<CollectiveKind>(j), name) != nullptr;
+    if (!exists && std::find(unknown.begin(), unknown.end(), name) == unknown.end())
+      unknown.push_back(name);
+  }
+  if (!unknown.empty())
+    TANDEM_THROW(ErrorCode::InvalidArgument,
+                 "{}='{}': no collective has an algorithm named '{}' "
+                 "(known: {})",
+                 source_, spec_, fmt::join(unknown, "', '"), all_names(reg));
+}
+
+AlgoPolicy::AlgoPolicy(const AlgoPolicy& other)
+    : spec_(other.spec_), source_(other.source_), forced_(other.forced_) {}
+
+AlgoPolicy& AlgoPolicy::operator=(const AlgoPolicy& other) {
+  if (this != &other) {
+    spec_ = other.spec_;
+    source_ = other.source_;
+    forced_ = other.forced_;
+    for (auto& f : fallback_logged_) f.store(false, std::memory_order_relaxed);
+    for (auto& m : memo_) m.valid = false;
+  }
+  return *this;
+}
+
+const algorithms::Algorithm& AlgoPolicy::choose(const algorithms::Registry& reg,
+                                                const algorithms::Call& call, int world,
+                                                std::string_view per_call) const {
+  if (!per_call.empty()) {
+    const auto* a = reg.find(call.kind, per_call);
+    if (a == nullptr)
+      TANDEM_THROW(ErrorCode::InvalidArgument,
+                   "{}: no algorithm named '{}' (CallOptions::algorithm; known: {})",
+                   to_string(call.kind), per_call, algorithm_names(reg, call.kind));
+    if (!a->supports(call, world))
+      TANDEM_THROW(ErrorCode::InvalidArgument,
+                   "{}: algorithm '{}' does not support this call ({} x {} on {} ranks); "
+                   "leave CallOptions::algorithm empty to let the selector choose",
+                   to_string(call.kind), per_call, to_string(call.in.dtype), call.in.count, world);
+    return *a;
+  }
+  const Shape shape{call.in.count, call.out.count, call.counts.size(), call.root,
+                    call.in.dtype, call.op,        call.in_place(),    world};
+  Memo& memo = memo_[index_of(call.kind)];
+  if (!memo.busy.test_and_set(std::memory_order_acquire)) {
+    const algorithms::Algorithm* hit = memo.valid && memo.shape == shape ? memo.algorithm : nullptr;
+    memo.busy.clear(std::memory_order_release);
+    if (hit != nullptr) return *hit;
+  }
+  const algorithms::Algorithm& chosen = choose_default(reg, call, world);
+  if (!memo.busy.test_and_set(std::memory_order_acquire)) {
+    memo.valid = true;
+    memo.shape = shape;
+    memo.algorithm = &chosen;
+    memo.busy.clear(std::memory_order_release);
+  }
+  return chosen;
+}
+
+const algorithms::Algorithm& AlgoPolicy::choose_default(const algorithms::Registry& reg,
+                                                        const algorithms::Call& call,
+                                                        int world) const {
+  const std::string& forced = forced_[index_of(call.kind)];
+  if (!forced.empty()) {
+    const auto* a = reg.find(call.kind, forced);
+    if (a != nullptr && a->supports(call, world)) return *a;
+    if (!fallback_logged_[index_of(call.kind)].exchange(true, std::memory_order_relaxed))
+      TANDEM_INFO(algo,
+                  "{}={}: '{}' does not support a {} of {} x {} on {} ranks; the selector "
+                  "chooses instead (logged once per collective)",
+                  source_, spec_, forced, to_string(call.kind), to_string(call.in.dtype),
+                  call.in.count, world);
+  }
+  return reg.select(call, world, {}, false);
+}
+
+algorithms::Call probe_call(CollectiveKind kind, std::size_t bytes, int world) {
+  algorithms::Call c;
+  c.kind = kind;
+  const std::size_t n = bytes / sizeof(float);
+  const std::size_t w = static_cast<std::size_t>(world < 1 ? 1 : world);
+  std::size_t in = n;
+  std::size_t out = n;
+  switch (kind) {
+    case CollectiveKind::allgather:
+    case CollectiveKind::allgatherv:
+    case CollectiveKind::gather:
+      in = n / w;
+      out = in * w;
+      break;
+    case CollectiveKind::reduce_scatter:
+    case CollectiveKind::scatter:
+      out = n / w;
+      in = out * w;
+      break;
+    case CollectiveKind::alltoall:
+      in = out = n / w * w;
+      break;
+    case CollectiveKind::barrier:
+      in = out = 0;
+      break;
+    default:
+      break;
+  }
+  // Distinct dummy addresses: the shape matters, not the memory (nothing runs).
+  static float dummy[2];
+  c.in = BufferView::raw(in > 0 ? &dummy[0] : nullptr, in, DataType::f32);
+  c.out = BufferView::raw(out > 0 ? &dummy[1] : nullptr, out, DataType::f32);
+  return c;
+}
+
+std::string format_bytes(std::size_t bytes) {
+  if (bytes >= (1u << 30) && bytes % (1u << 30) == 0) return fmt::format("{}G", bytes >> 30);
+  if (bytes >= (1u << 20) && bytes % (1u << 20) == 0) return fmt::format("{}M", bytes >> 20);
+  if (bytes >= (1u << 10) && bytes % (1u << 10) == 0) return fmt::format("{}K", bytes >> 10);
+  return fmt::format("{}", bytes);
+}
+
+std::string describe_choices(const AlgoPolicy& policy, const algorithms::Registry& reg,
+                             CollectiveKind kind, int world) {
+  struct Range {
+    std::size_t first;  // index into sizes
+    std::string_view name;
+  };
+  std::vector<Range> ranges;
+  constexpr std::size_t kMax = std::size_t{1} << 30;
+  std::vector<std::size_t> sizes{0};
+  for (std::size_t b = 4; b <= kMax; b *= 2) sizes.push_back(b);
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    std::string_view name;
+    try {
+      name = policy.choose(reg, probe_call(kind, sizes[i], world), world, {}).name();
+    } catch (const Error&) {
+      name = "none";
+    }
+    if (ranges.empty() || ranges.back().name != name) ranges.push_back({i, name});
+  }
+  std::string s;
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    if (i > 0) s += ", ";
+    const std::size_t first = sizes[ranges[i].first];
+    if (i + 1 < ranges.size()) {
+      const std::size_t last = sizes[ranges[i + 1].first - 1];
+      s += first == last
+               ? fmt::format("{} {}", format_bytes(last), ranges[i].name)
+               : fmt::format("{}-{} {}", format_bytes(first), format_bytes(last), ranges[i].name);
+    } else {
+      s += fmt::format("{}+ {}", format_bytes(first), ranges[i].name);
+    }
+  }
+  return s;
+}
+
+}  // namespace tandem::comm

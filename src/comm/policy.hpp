@@ -1,0 +1,88 @@
+#pragma once
+// Which algorithm runs a call: a per-call choice (strict), the communicator's forced choice
+// from CommOptions::algorithm / TANDEM_ALGO (lenient: falls back when it does not apply),
+// else the registry's default by size and world size.
+
+#include "algorithms/algorithm.hpp"
+
+#include <tandem/communicator.hpp>
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace tandem::comm {
+
+inline constexpr std::size_t kKindCount = static_cast<std::size_t>(CollectiveKind::barrier) + 1;
+
+inline std::size_t index_of(CollectiveKind k) noexcept {
+  return static_cast<std::size_t>(k);
+}
+
+class AlgoPolicy {
+ public:
+  AlgoPolicy() = default;
+  /// Parses "ring" (every collective that has a ring) or "allreduce=ring,broadcast=tree".
+  /// Throws InvalidArgument naming `source` for an unknown collective or algorithm name.
+  AlgoPolicy(std::string_view spec, std::string_view source, const algorithms::Registry& reg);
+  AlgoPolicy(const AlgoPolicy& other);
+  AlgoPolicy& operator=(const AlgoPolicy& other);
+
+  /// The algorithm for `call`: `per_call` (strict: InvalidArgument when unknown or not
+  /// applicable), else the forced one when it applies, else the registry's default.
+  const algorithms::Algorithm& choose(const algorithms::Registry& reg, const algorithms::Call& call,
+                                      int world, std::string_view per_call) const;
+
+  /// The forced name for `kind` ("" when none).
+  std::string_view forced(CollectiveKind kind) const noexcept { return forced_[index_of(kind)]; }
+  /// The spec as given ("" when none).
+  const std::string& spec() const noexcept { return spec_; }
+
+ private:
+  std::string spec_;
+  std::string source_;
+  std::array<std::string, kKindCount> forced_{};
+  /// The fallback of a forced algorithm is logged once per collective.
+  mutable std::array<std::atomic<bool>, kKindCount> fallback_logged_{};
+
+  // The last choice per collective: training loops repeat the same call shapes, and asking
+  // every algorithm again costs about as much as a small message over shared memory.
+  struct Shape {
+    std::size_t in_count = 0;
+    std::size_t out_count = 0;
+    std::size_t counts = 0;
+    int root = 0;
+    DataType dtype = DataType::f32;
+    ReduceOp op = ReduceOp::sum;
+    bool in_place = false;
+    int world = 0;
+    friend bool operator==(const Shape&, const Shape&) = default;
+  };
+  struct Memo {
+    std::atomic_flag busy;  // a try-lock: a contended lookup simply asks the registry
+    bool valid = false;
+    Shape shape;
+    const algorithms::Algorithm* algorithm = nullptr;
+  };
+  mutable std::array<Memo, kKindCount> memo_{};
+  const algorithms::Algorithm& choose_default(const algorithms::Registry& reg,
+                                              const algorithms::Call& call, int world) const;
+};
+
+/// Every algorithm name of `kind`, comma separated (for error messages).
+std::string algorithm_names(const algorithms::Registry& reg, CollectiveKind kind);
+
+/// A call of the given shape, `bytes` counted as nccl-tests does (the output of allgather
+/// and gather, the input of reduce_scatter and scatter; per rank otherwise), as f32.
+algorithms::Call probe_call(CollectiveKind kind, std::size_t bytes, int world);
+
+/// "0-8K recursive_doubling, 16K+ ring": the choice for sizes 4 B .. 1 GiB in powers of two.
+std::string describe_choices(const AlgoPolicy& policy, const algorithms::Registry& reg,
+                             CollectiveKind kind, int world);
+
+/// "1M", "64K", "12": a byte count in the binary units of the settings.
+std::string format_bytes(std::size_t bytes);
+
+}  // namespace tandem::comm

@@ -1,0 +1,89 @@
+#include "comm/impl.hpp"
+
+#include <tandem/error.hpp>
+#include <tandem/work.hpp>
+
+#include <chrono>
+
+namespace tandem {
+
+void Work::wait(Deadline deadline) {
+  if (state_.load(std::memory_order_acquire) == State::pending) {
+    std::unique_lock lock(mutex_);
+    const auto finished = [&] { return state_.load(std::memory_order_acquire) != State::pending; };
+    if (deadline == Deadline::max()) {
+      cv_.wait(lock, finished);
+    } else if (!cv_.wait_until(lock, deadline, finished)) {
+      TANDEM_THROW(ErrorCode::Timeout,
+                   "{} did not complete by the deadline given to Work::wait(); it keeps running "
+                   "until its own deadline: wait again, or abort() the communicator",
+                   describe());
+    }
+  }
+  if (state_.load(std::memory_order_acquire) == State::failed) {
+    std::exception_ptr e;
+    {
+      std::lock_guard lock(mutex_);
+      e = error_;
+    }
+    std::rethrow_exception(e);
+  }
+}
+
+void Work::wait() {
+  wait(deadline_in(default_timeout_));
+}
+
+std::exception_ptr Work::error() const {
+  std::lock_guard lock(mutex_);
+  return error_;
+}
+
+void Work::mark_done() {
+  {
+    std::lock_guard lock(mutex_);
+    if (state_.load(std::memory_order_relaxed) != State::pending) return;
+    state_.store(State::done, std::memory_order_release);
+  }
+  cv_.notify_all();
+}
+
+void Work::mark_failed(std::exception_ptr error) {
+  {
+    std::lock_guard lock(mutex_);
+    if (state_.load(std::memory_order_relaxed) != State::pending) return;
+    error_ = error ? std::move(error)
+                   : std::make_exception_ptr(Error(ErrorCode::Internal, "operation failed"));
+    state_.store(State::failed, std::memory_order_release);
+  }
+  cv_.notify_all();
+}
+
+std::string Work::describe() const {
+  return "the operation";
+}
+
+namespace comm {
+
+OpWork::OpWork(const Op& o, std::span<const std::size_t> c, Clock::duration timeout)
+    : op(o), counts(c.begin(), c.end()) {
+  op.call.counts = counts;
+  default_timeout_ = timeout;
+}
+
+bool OpWork::finished_by(Deadline deadline) {
+  std::unique_lock lock(mutex_);
+  const auto finished = [&] { return state_.load(std::memory_order_acquire) != State::pending; };
+  if (deadline == Deadline::max()) {
+    cv_.wait(lock, finished);
+    return true;
+  }
+  return cv_.wait_until(lock, deadline, finished);
+}
+
+std::string OpWork::describe() const {
+  return comm::describe(op);
+}
+
+}  // namespace comm
+}  // namespace tandem
