@@ -1,0 +1,428 @@
+// tandemrun across two "hosts" (network namespaces joined by a veth pair): the same command on
+// both, rendezvous, global ranks, tandem-perf over shm + tcp, and every failure path: a killed
+// worker, a killed tandemrun on either node, restarts, signals, an unreachable or busy
+// master. After each run no process of the run is left anywhere.
+#include "netns.hpp"
+#include "python_torch.hpp"
+#include "subprocess.hpp"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <regex>
+#include <signal.h>
+#include <unistd.h>
+
+namespace tandem::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Never-hang bounds, not timings.
+constexpr auto kReady = 60s;
+constexpr auto kExit = 60s;
+constexpr int kPort = 29400;
+
+std::atomic<int> run_counter{0};
+
+class TandemrunMultiNode : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (auto why = NetnsPair::unavailable()) {
+      skip_reason_ = *why;
+      return;
+    }
+    try {
+      pair_ = std::make_unique<NetnsPair>();
+    } catch (const std::exception& e) {
+      skip_reason_ = fmt::format("cannot make network namespaces: {}", e.what());
+    }
+  }
+  static void TearDownTestSuite() { pair_.reset(); }
+
+  void SetUp() override {
+    if (!pair_) GTEST_SKIP() << "multi-node tests skipped: " << skip_reason_;
+    marker_ = fmt::format("TANDEM_TEST_MARKER=mn-{}-{}", ::getpid(), run_counter++);
+  }
+
+  void TearDown() override {
+    if (pair_) {
+      EXPECT_TRUE(no_process_left()) << "processes of the run are left behind";
+    }
+  }
+
+  // tandemrun on node i: the same command on both nodes except --node-rank.
+  std::unique_ptr<Subprocess> node(int i, const std::vector<std::string>& args,
+                                   bool with_node_rank = true,
+                                   std::vector<std::string> env = {}) const {
+    std::vector<std::string> argv{tandemrun_path()};
+    if (with_node_rank) {
+      for (const char* a : {"--nnodes", "2", "--master-addr"}) argv.emplace_back(a);
+      argv.push_back(pair_->addr(0));
+      argv.insert(argv.end(),
+                  {"--master-port", std::to_string(kPort), "--node-rank", std::to_string(i)});
+    }
+    argv.insert(argv.end(), args.begin(), args.end());
+    env.push_back("TANDEM_STORE_TOKEN=multinode-test-token");
+    env.push_back(marker_);
+    return std::make_unique<Subprocess>(pair_->exec_in(i, argv), env);
+  }
+
+  // Bounded wait until no process carries this run's marker (killed ones may take a moment).
+  bool no_process_left() const {
+    const Deadline deadline = deadline_in(10s);
+    while (!processes_with_env(marker_).empty()) {
+      if (Clock::now() >= deadline) return false;
+      ::usleep(20000);
+    }
+    return true;
+  }
+
+  static inline std::unique_ptr<NetnsPair> pair_;
+  static inline std::string skip_reason_;
+  std::string marker_;
+};
+
+// "ready <rank> <pid>" lines of a node's output, by rank.
+std::map<int, pid_t> ready(const std::string& out) {
+  static const std::regex kReadyLine(R"(^\[rank (\d+)\]: ready (\d+)$)");
+  std::map<int, pid_t> m;
+  for (const auto& line : split_lines(out)) {
+    std::smatch sm;
+    if (std::regex_match(line, sm, kReadyLine)) m[std::stoi(sm[1])] = std::stoi(sm[2]);
+  }
+  return m;
+}
+
+bool wait_ready(Subprocess& p, std::size_t n) {
+  return p.wait_for(
+      [n](const std::string& out, const std::string&) { return ready(out).size() == n; }, kReady);
+}
+
+// The failure summary: from the first rule of '=' to the next.
+std::string summary(const std::string& err) {
+  const std::string rule(72, '=');
+  const auto first = err.find(rule);
+  if (first == std::string::npos) return {};
+  const auto second = err.find(rule, first + rule.size());
+  if (second == std::string::npos) return {};
+  return err.substr(first, second + rule.size() - first);
+}
+
+constexpr const char* kSleeper = "echo ready $$; exec sleep 1000";
+
+TEST_F(TandemrunMultiNode, TandemPerfOnTwoNodesUsesShmAndTcpAndHasNoWrongResults) {
+  const std::vector<std::string> perf{"--nproc-per-node",
+                                      "2",
+                                      tandem_perf_path(),
+                                      "-c",
+                                      "allreduce",
+                                      "-b",
+                                      "8",
+                                      "-e",
+                                      "1M",
+                                      "-f",
+                                      "8",
+                                      "-n",
+                                      "3",
+                                      "-w",
+                                      "1"};
+  auto a = node(0, perf);
+  auto b = node(1, perf);
+  const auto ra = a->wait(kExit);
+  const auto rb = b->wait(kExit);
+  ASSERT_FALSE(ra.timed_out || rb.timed_out);
+  EXPECT_EQ(ra.exit_code, 0) << ra.out << ra.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.out << rb.err;
+  EXPECT_TRUE(std::regex_search(ra.out, std::regex(R"(shm to 1 peer.*tcp to 2 peer)")))
+      << "rank 0 reaches rank 1 (same node) by shm and ranks 2, 3 by tcp:\n"
+      << ra.out;
+  EXPECT_NE(ra.out.find("Rank   3 Pid"), std::string::npos) << ra.out;
+  // Every row of the table: both #wrong columns are 0.
+  static const std::regex kRow(
+      R"(^\[rank 0\]:\s+(\d+)\s+\d+\s+\S+\s+\S+\s+\S+\s+\S+\s+\S+\s+\S+\s+\S+\s+(\d+)\s+\S+\s+\S+\s+\S+\s+\S+\s+(\d+)\s+\S+$)");
+  int rows = 0;
+  for (const auto& line : split_lines(ra.out)) {
+    std::smatch m;
+    if (!std::regex_match(line, m, kRow)) continue;
+    ++rows;
+    EXPECT_EQ(m[2].str(), "0") << line;
+    EXPECT_EQ(m[3].str(), "0") << line;
+  }
+  EXPECT_EQ(rows, 6) << "sizes 8 B .. 1 MiB by 8x:\n" << ra.out;
+  EXPECT_NE(ra.out.find("Out of bounds values : 0 OK"), std::string::npos) << ra.out;
+}
+
+TEST_F(TandemrunMultiNode, KilledWorkerOnNode1StopsBothNodesWithTheSameSummary) {
+  const std::vector<std::string> perf{"--nproc-per-node",
+                                      "2",
+                                      "--grace-period",
+                                      "2",
+                                      tandem_perf_path(),
+                                      "-c",
+                                      "allreduce",
+                                      "-b",
+                                      "64K",
+                                      "-e",
+                                      "64K",
+                                      "-n",
+                                      "1000000",
+                                      "-w",
+                                      "1"};
+  auto a = node(0, perf);
+  auto b = node(1, perf);
+  static const std::regex kPidLine(R"(#\s+Rank\s+3\s+Pid\s+(\d+))");
+  ASSERT_TRUE(a->wait_for(
+      [](const std::string& out, const std::string&) {
+        return std::regex_search(out, kPidLine) && out.find("(B)") != std::string::npos;
+      },
+      kReady))
+      << a->out() << a->err();
+  std::smatch m;
+  const std::string out = a->out();
+  ASSERT_TRUE(std::regex_search(out, m, kPidLine));
+  const pid_t rank3 = std::stoi(m[1]);
+  ASSERT_EQ(::kill(rank3, SIGKILL), 0);
+  const auto ra = a->wait(kExit);
+  const auto rb = b->wait(kExit);
+  ASSERT_FALSE(ra.timed_out || rb.timed_out);
+  EXPECT_EQ(ra.exit_code, 128 + SIGKILL) << ra.err;
+  EXPECT_EQ(rb.exit_code, 128 + SIGKILL) << rb.err;
+  const std::string sa = summary(ra.err), sb = summary(rb.err);
+  ASSERT_FALSE(sa.empty()) << ra.err;
+  EXPECT_EQ(sa, sb) << "every node prints the same summary";
+  EXPECT_NE(sa.find("  rank      : 3 (local_rank 1 on node 1)\n"), std::string::npos) << sa;
+  EXPECT_NE(sa.find(fmt::format("  pid       : {}\n", rank3)), std::string::npos) << sa;
+  EXPECT_NE(sa.find("  signal    : SIGKILL (9)\n"), std::string::npos) << sa;
+  EXPECT_NE(sa.find("  exit code : 137\n"), std::string::npos) << sa;
+  EXPECT_NE(sa.find("2 nodes, 4 workers"), std::string::npos) << sa;
+}
+
+TEST_F(TandemrunMultiNode, WorkerFailingOnlyOnItsFirstRunSucceedsAfterOneRestart) {
+  const std::string script =
+      "if [ $RANK = 3 ] && [ $TANDEM_RESTART_COUNT = 0 ]; then echo failing; exit 3; fi; "
+      "echo ok $RANK $TANDEM_RESTART_COUNT $TORCHELASTIC_RESTART_COUNT $TORCHELASTIC_MAX_RESTARTS";
+  const std::vector<std::string> args{
+      "--nproc-per-node", "2", "--max-restarts", "1", "/bin/sh", "-c", script};
+  auto a = node(0, args);
+  auto b = node(1, args);
+  const auto ra = a->wait(kExit);
+  const auto rb = b->wait(kExit);
+  ASSERT_FALSE(ra.timed_out || rb.timed_out);
+  EXPECT_EQ(ra.exit_code, 0) << ra.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.err;
+  for (const auto* r : {&ra, &rb}) {
+    EXPECT_NE(r->err.find("rank 3 on node 1"), std::string::npos) << r->err;
+    EXPECT_NE(r->err.find("exited with code 3: restarting all 4 worker(s) (restart 1 of 1)"),
+              std::string::npos)
+        << r->err;
+  }
+  for (int rank : {0, 1})
+    EXPECT_NE(ra.out.find(fmt::format("[rank {0}]: ok {0} 1 1 1\n", rank)), std::string::npos)
+        << ra.out;
+  for (int rank : {2, 3})
+    EXPECT_NE(rb.out.find(fmt::format("[rank {0}]: ok {0} 1 1 1\n", rank)), std::string::npos)
+        << rb.out;
+  EXPECT_NE(rb.out.find("[rank 3]: failing\n"), std::string::npos) << rb.out;
+}
+
+TEST_F(TandemrunMultiNode, KilledTandemrunOfNode1IsNoticedByNode0) {
+  const std::vector<std::string> args{
+      "--nproc-per-node", "2",  "--grace-period", "1", "--monitor-interval", "0.5",
+      "/bin/sh",          "-c", kSleeper};
+  auto a = node(0, args);
+  auto b = node(1, args);
+  ASSERT_TRUE(wait_ready(*a, 2)) << a->err();
+  ASSERT_TRUE(wait_ready(*b, 2)) << b->err();
+  ASSERT_EQ(::kill(b->pid(), SIGKILL), 0);
+  const auto ra = a->wait(kExit);
+  ASSERT_FALSE(ra.timed_out);
+  EXPECT_LT(ra.seconds, 45) << "node 0 notices within seconds";
+  EXPECT_EQ(ra.exit_code, 1) << ra.err;
+  const std::string s = summary(ra.err);
+  EXPECT_NE(s.find("node 1 ("), std::string::npos) << ra.err;
+  EXPECT_NE(s.find("was lost"), std::string::npos) << s;
+  EXPECT_NE(s.find("no heartbeat"), std::string::npos) << s;
+}
+
+TEST_F(TandemrunMultiNode, KilledTandemrunOfNode0IsNoticedByNode1) {
+  const std::vector<std::string> args{"--nproc-per-node", "2",  "--grace-period", "1",
+                                      "/bin/sh",          "-c", kSleeper};
+  auto a = node(0, args);
+  auto b = node(1, args);
+  ASSERT_TRUE(wait_ready(*a, 2)) << a->err();
+  ASSERT_TRUE(wait_ready(*b, 2)) << b->err();
+  ASSERT_EQ(::kill(a->pid(), SIGKILL), 0);
+  const auto rb = b->wait(kExit);
+  ASSERT_FALSE(rb.timed_out);
+  EXPECT_EQ(rb.exit_code, 1) << rb.err;
+  const std::string s = summary(rb.err);
+  EXPECT_NE(s.find("node 0 ("), std::string::npos) << rb.err;
+  EXPECT_NE(s.find("hosting the store at " + pair_->addr(0)), std::string::npos) << s;
+  EXPECT_NE(s.find("is gone"), std::string::npos) << s;
+}
+
+TEST_F(TandemrunMultiNode, SigtermToOneNodeReachesEveryWorkerOnBothNodes) {
+  // Each worker says when SIGTERM reaches it; its background sleep would outlive it if
+  // tandemrun did not end the worker's process group.
+  const std::string script =
+      "trap 'echo got-term $RANK; exit 0' TERM; echo ready $$; "
+      "while true; do sleep 1000 & wait $!; done";
+  const std::vector<std::string> args{"--nproc-per-node", "2", "/bin/sh", "-c", script};
+  auto a = node(0, args);
+  auto b = node(1, args);
+  ASSERT_TRUE(wait_ready(*a, 2)) << a->err();
+  ASSERT_TRUE(wait_ready(*b, 2)) << b->err();
+  ASSERT_EQ(::kill(b->pid(), SIGTERM), 0);
+  const auto ra = a->wait(kExit);
+  const auto rb = b->wait(kExit);
+  ASSERT_FALSE(ra.timed_out || rb.timed_out);
+  EXPECT_EQ(ra.exit_code, 143) << ra.err;
+  EXPECT_EQ(rb.exit_code, 143) << rb.err;
+  for (int rank : {0, 1})
+    EXPECT_NE(ra.out.find(fmt::format("[rank {0}]: got-term {0}\n", rank)), std::string::npos)
+        << ra.out;
+  for (int rank : {2, 3})
+    EXPECT_NE(rb.out.find(fmt::format("[rank {0}]: got-term {0}\n", rank)), std::string::npos)
+        << rb.out;
+  EXPECT_EQ(summary(ra.err), summary(rb.err));
+  EXPECT_NE(summary(ra.err).find("stopped by SIGTERM on node 1"), std::string::npos) << ra.err;
+}
+
+TEST_F(TandemrunMultiNode, UnreachableMasterIsNamedAfterTheRendezvousTimeout) {
+  auto b = node(1, {"--nproc-per-node", "1", "--rdzv-timeout", "1", "/bin/true"});
+  const auto rb = b->wait(kExit);
+  ASSERT_FALSE(rb.timed_out);
+  EXPECT_EQ(rb.exit_code, 1) << rb.err;
+  EXPECT_NE(rb.err.find(fmt::format("{}:{}", pair_->addr(0), kPort)), std::string::npos) << rb.err;
+  EXPECT_NE(rb.err.find("--rdzv-timeout 1 s"), std::string::npos) << rb.err;
+  EXPECT_NE(rb.err.find("firewall"), std::string::npos) << rb.err;
+  EXPECT_EQ(rb.out, "");
+}
+
+TEST_F(TandemrunMultiNode, MasterPortInUseOnNode0IsNamed) {
+  // Another run holds the port on node 0's address.
+  auto holder = node(0,
+                     {"--nproc-per-node", "1", "--master-addr", pair_->addr(0), "--master-port",
+                      std::to_string(kPort), "/bin/sh", "-c", kSleeper},
+                     false);
+  ASSERT_TRUE(wait_ready(*holder, 1)) << holder->err();
+  auto a = node(0, {"--nproc-per-node", "1", "/bin/true"});
+  const auto ra = a->wait(kExit);
+  ASSERT_FALSE(ra.timed_out);
+  EXPECT_EQ(ra.exit_code, 1) << ra.err;
+  EXPECT_NE(ra.err.find(fmt::format("{}:{}", pair_->addr(0), kPort)), std::string::npos) << ra.err;
+  EXPECT_NE(ra.err.find("in use"), std::string::npos) << ra.err;
+  ASSERT_EQ(::kill(holder->pid(), SIGTERM), 0);
+  EXPECT_EQ(holder->wait(kExit).exit_code, 143);
+}
+
+TEST_F(TandemrunMultiNode, IpsListGivesEachNodeItsRank) {
+  const std::vector<std::string> args{
+      "--ips",
+      pair_->addr(0) + "," + pair_->addr(1),
+      "--master-port",
+      std::to_string(kPort),
+      "--gpus",
+      "4,6",
+      "/bin/sh",
+      "-c",
+      "echo $RANK $GROUP_RANK $LOCAL_RANK $CUDA_VISIBLE_DEVICES $MASTER_ADDR"};
+  auto a = node(0, args, false);
+  auto b = node(1, args, false);
+  const auto ra = a->wait(kExit);
+  const auto rb = b->wait(kExit);
+  ASSERT_EQ(ra.exit_code, 0) << ra.err;
+  ASSERT_EQ(rb.exit_code, 0) << rb.err;
+  const std::string m = pair_->addr(0);
+  EXPECT_NE(ra.out.find(fmt::format("[rank 0]: 0 0 0 4 {}\n", m)), std::string::npos) << ra.out;
+  EXPECT_NE(ra.out.find(fmt::format("[rank 1]: 1 0 1 6 {}\n", m)), std::string::npos) << ra.out;
+  EXPECT_NE(rb.out.find(fmt::format("[rank 2]: 2 1 0 4 {}\n", m)), std::string::npos) << rb.out;
+  EXPECT_NE(rb.out.find(fmt::format("[rank 3]: 3 1 1 6 {}\n", m)), std::string::npos) << rb.out;
+}
+
+TEST_F(TandemrunMultiNode, NodesWithoutNodeRankAndUnequalWorkerCountsGetNodeMajorRanks) {
+  // Node 1 starts first; the host of --master-addr is still node 0.
+  const std::string script =
+      "echo $RANK $GROUP_RANK $LOCAL_RANK $LOCAL_WORLD_SIZE $WORLD_SIZE $GROUP_WORLD_SIZE";
+  const auto args = [&](int nproc) {
+    return std::vector<std::string>{"--nnodes",
+                                    "1:2",
+                                    "--master-addr",
+                                    pair_->addr(0),
+                                    "--master-port",
+                                    std::to_string(kPort),
+                                    "--nproc-per-node",
+                                    std::to_string(nproc),
+                                    "/bin/sh",
+                                    "-c",
+                                    script};
+  };
+  auto b = node(1, args(3), false);
+  auto a = node(0, args(1), false);
+  const auto ra = a->wait(kExit);
+  const auto rb = b->wait(kExit);
+  ASSERT_EQ(ra.exit_code, 0) << ra.err;
+  ASSERT_EQ(rb.exit_code, 0) << rb.err;
+  EXPECT_EQ(ra.out, "[rank 0]: 0 0 0 1 4 2\n");
+  for (int local = 0; local < 3; ++local) {
+    EXPECT_NE(rb.out.find(fmt::format("[rank {0}]: {0} 1 {1} 3 4 2\n", local + 1, local)),
+              std::string::npos)
+        << rb.out;
+  }
+}
+
+TEST_F(TandemrunMultiNode, DuplicateNodeRanksAreRefusedOnEveryNode) {
+  const auto args = [&](int node_rank) {
+    return std::vector<std::string>{"--nnodes",         "3",
+                                    "--node-rank",      std::to_string(node_rank),
+                                    "--master-addr",    pair_->addr(0),
+                                    "--master-port",    std::to_string(kPort),
+                                    "--nproc-per-node", "1",
+                                    "/bin/true"};
+  };
+  auto a = node(0, args(0), false);
+  auto b1 = node(1, args(1), false);
+  auto b2 = node(1, args(1), false);
+  for (auto* p : {a.get(), b1.get(), b2.get()}) {
+    const auto r = p->wait(kExit);
+    ASSERT_FALSE(r.timed_out);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find("duplicate --node-rank 1"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "") << "no worker starts";
+  }
+}
+
+TEST_F(TandemrunMultiNode, TorchDistributedScriptRunsUnchangedOnTwoNodes) {
+  std::string why;
+  const std::string python = python_with_torch(&why);
+  if (python.empty()) {
+    GTEST_SKIP() << "python3 cannot import torch.distributed (" << why
+                 << "); install Debian's python3-torch to run this test";
+  }
+  TempDir dir;
+  const std::string script = dir.path() + "/allreduce.py";
+  std::ofstream(script) << torch_allreduce_script();
+  // Both "hosts" share a host name here, so Gloo is told its interface, as users do.
+  const std::vector<std::string> env{"GLOO_SOCKET_IFNAME=" + NetnsPair::ifname()};
+  auto a = node(0, {"--nproc-per-node", "2", python, script}, true, env);
+  auto b = node(1, {"--nproc-per-node", "2", python, script}, true, env);
+  const auto ra = a->wait(std::chrono::seconds(180));
+  const auto rb = b->wait(std::chrono::seconds(180));
+  ASSERT_FALSE(ra.timed_out || rb.timed_out);
+  EXPECT_EQ(ra.exit_code, 0) << ra.out << ra.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.out << rb.err;
+  for (int rank : {0, 1, 2, 3}) {
+    const auto& out = rank < 2 ? ra.out : rb.out;
+    EXPECT_NE(out.find(fmt::format("[rank {0}]: rank {0}/4 allreduce 10 OK\n", rank)),
+              std::string::npos)
+        << out;
+  }
+}
+
+}  // namespace
+}  // namespace tandem::testing

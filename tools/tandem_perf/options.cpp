@@ -1,0 +1,158 @@
+#include "options.hpp"
+
+#include <tandem/settings.hpp>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <array>
+#include <cstdio>
+#include <utility>
+
+namespace tandem::tools::perf {
+namespace {
+
+constexpr std::array<std::pair<std::string_view, Bench>, 8> kBenches{{
+    {"allreduce", Bench::allreduce},
+    {"broadcast", Bench::broadcast},
+    {"reduce", Bench::reduce},
+    {"allgather", Bench::allgather},
+    {"reduce_scatter", Bench::reduce_scatter},
+    {"alltoall", Bench::alltoall},
+    {"sendrecv", Bench::sendrecv},
+    {"barrier", Bench::barrier},
+}};
+
+class BadValue : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+Bench parse_bench(std::string text) {
+  for (char& c : text)
+    if (c == '-') c = '_';
+  for (const auto& [name, b] : kBenches)
+    if (name == text) return b;
+  throw BadValue(
+      fmt::format("-c '{}': unknown collective; use allreduce, broadcast, reduce, allgather, "
+                  "reduce_scatter, alltoall, sendrecv or barrier",
+                  text));
+}
+
+std::size_t parse_size(const std::string& text, std::string_view flag) {
+  const auto v = settings::parse_bytes(text);
+  if (!v) {
+    throw BadValue(fmt::format("{} '{}' is not a size (examples: 8, 64K, 128M, 1G; binary units)",
+                               flag, text));
+  }
+  return static_cast<std::size_t>(*v);
+}
+
+std::vector<DataType> parse_dtypes(const std::string& text) {
+  if (text == "all") return {std::begin(kAllDataTypes), std::end(kAllDataTypes)};
+  const auto t = parse_dtype(text);
+  if (!t) {
+    throw BadValue(fmt::format(
+        "-d '{}': unknown data type; use f32, f64, f16, bf16, i8, u8, i32, i64 or all", text));
+  }
+  return {*t};
+}
+
+std::vector<ReduceOp> parse_ops(const std::string& text) {
+  if (text == "all") return {std::begin(kAllReduceOps), std::end(kAllReduceOps)};
+  const auto op = parse_reduce_op(text);
+  if (!op)
+    throw BadValue(fmt::format("-o '{}': unknown op; use sum, prod, min, max, avg or all", text));
+  return {*op};
+}
+
+}  // namespace
+
+std::string_view to_string(Bench b) noexcept {
+  for (const auto& [name, x] : kBenches)
+    if (x == b) return name;
+  return "?";
+}
+
+bool has_op(Bench b) noexcept {
+  return b == Bench::allreduce || b == Bench::reduce || b == Bench::reduce_scatter;
+}
+
+bool has_root(Bench b) noexcept {
+  return b == Bench::broadcast || b == Bench::reduce;
+}
+
+ParseResult parse_command_line(int argc, char** argv, bool print) {
+  CLI::App app{
+      "tandem-perf: measures one collective over a range of sizes on every rank of a "
+      "communicator (start it with tandemrun), printing the columns of nccl-tests.",
+      "tandem-perf"};
+  app.footer(
+      "Sizes are bytes with optional binary K/M/G. For allgather, reduce_scatter and alltoall "
+      "the size is the whole buffer, as in nccl-tests (count per rank = size / ranks / element "
+      "size).\nbusbw = algbw x 2(n-1)/n for allreduce, x (n-1)/n for allgather, reduce_scatter "
+      "and alltoall, x 1 otherwise.\nExit status: 0, 1 when any result is wrong or a "
+      "collective fails, 2 for a bad flag.\n"
+      "Example: tandemrun --nproc-per-node 2 tandem-perf -c allreduce -b 8 -e 128M -f 4");
+  PerfOptions o;
+  std::string coll = "allreduce", minb = "8", maxb = "64M", dtype = "f32", op = "sum";
+  app.add_option("-c,--collective", coll,
+                 "allreduce, broadcast, reduce, allgather, reduce_scatter, alltoall, sendrecv "
+                 "or barrier")
+      ->capture_default_str();
+  app.add_option("-b,--minbytes", minb, "Smallest size")->capture_default_str();
+  app.add_option("-e,--maxbytes", maxb, "Largest size")->capture_default_str();
+  app.add_option("-f,--stepfactor", o.factor, "Multiply the size by this each step")
+      ->capture_default_str();
+  app.add_option("-d,--datatype", dtype, "f32, f64, f16, bf16, i8, u8, i32, i64 or all")
+      ->capture_default_str();
+  app.add_option("-o,--op", op, "sum, prod, min, max, avg or all")->capture_default_str();
+  app.add_option("-r,--root", o.root, "Root of broadcast and reduce")->capture_default_str();
+  app.add_option("-n,--iters", o.iters, "Timed iterations per size")->capture_default_str();
+  app.add_option("-w,--warmup_iters,--warmup-iters", o.warmup, "Untimed iterations before them")
+      ->capture_default_str();
+  app.add_option("-a,--algo", o.algorithm,
+                 "Algorithm to force for every call (fails if it does not apply); default: the "
+                 "selector's choice");
+  app.add_flag("--check,!--no-check", o.check,
+               "Verify one iteration per size against a locally computed result")
+      ->capture_default_str();
+  app.add_option("--json", o.json_path, "Also write every row to this JSON file (rank 0)")
+      ->type_name("FILE");
+
+  ParseResult result;
+  try {
+    app.parse(argc, argv);
+    o.bench = parse_bench(coll);
+    o.min_bytes = parse_size(minb, "-b");
+    o.max_bytes = parse_size(maxb, "-e");
+    if (o.max_bytes < o.min_bytes)
+      throw BadValue(fmt::format("-e {} is smaller than -b {}", maxb, minb));
+    if (!(o.factor > 1) && o.max_bytes != o.min_bytes)
+      throw BadValue(fmt::format("-f {}: the step factor must be greater than 1", o.factor));
+    if (!(o.factor < 1e6)) throw BadValue(fmt::format("-f {}: too large", o.factor));
+    o.dtypes = parse_dtypes(dtype);
+    o.ops = parse_ops(op);
+    if (o.iters < 1 || o.iters > 1000000)
+      throw BadValue(fmt::format("-n {}: use 1 to 1000000 iterations", o.iters));
+    if (o.warmup < 0 || o.warmup > 1000000)
+      throw BadValue(fmt::format("-w {}: use 0 to 1000000 iterations", o.warmup));
+    if (o.root < 0) throw BadValue(fmt::format("-r {}: a root is a rank (0 or more)", o.root));
+  } catch (const CLI::CallForHelp&) {
+    if (print) std::fputs(app.help().c_str(), stdout);
+    return result;
+  } catch (const CLI::ParseError& e) {
+    if (print)
+      std::fprintf(stderr, "tandem-perf: %s\nRun 'tandem-perf --help' for every flag.\n", e.what());
+    result.exit_code = 2;
+    return result;
+  } catch (const BadValue& e) {
+    if (print) std::fprintf(stderr, "tandem-perf: %s\n", e.what());
+    result.exit_code = 2;
+    return result;
+  }
+  result.options = std::move(o);
+  return result;
+}
+
+}  // namespace tandem::tools::perf

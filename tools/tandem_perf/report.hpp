@@ -1,0 +1,35 @@
+#pragma once
+// What tandem-perf prints (rank 0 only): nccl-tests' header, columns and final lines, and
+// the optional JSON file.
+
+#include "options.hpp"
+#include "runner.hpp"
+
+#include <tandem/communicator.hpp>
+
+#include <string>
+#include <vector>
+
+namespace tandem::tools::perf {
+
+class Report {
+ public:
+  /// Collective: every rank must construct it (it gathers each rank's pid and host).
+  Report(Communicator& comm, const PerfOptions& options);
+
+  void header() const;
+  void row(const Row& r);
+  /// The closing lines; returns the number of wrong elements over all rows.
+  std::size_t footer() const;
+  /// Writes every row to `path` (rank 0). Throws Error(Io) naming the path.
+  void write_json(const std::string& path) const;
+
+ private:
+  Communicator& comm_;
+  const PerfOptions& options_;
+  bool print_;
+  std::vector<std::string> ranks_;  ///< "#  Rank  0 Pid 123 on host" lines
+  std::vector<Row> rows_;
+};
+
+}  // namespace tandem::tools::perf

@@ -1,0 +1,77 @@
+#pragma once
+// Runs one collective at one size: warmup, timed back-to-back iterations (out-of-place, then
+// in-place), per-iteration times gathered once at the end, and one checked iteration.
+
+#include "options.hpp"
+
+#include <tandem/communicator.hpp>
+
+#include <cstddef>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tandem::tools::perf {
+
+/// One variant (out-of-place or in-place) of one row.
+struct Measurement {
+  bool valid = false;  ///< false: not applicable (e.g. in-place alltoall)
+  double mean_us = 0;  ///< mean over iterations of the slowest rank's time
+  double p50_us = 0;   ///< median of the same
+  double algbw = 0;    ///< GB/s (1e9 bytes/s) of the row's size at the mean time
+  double busbw = 0;
+  bool checked = false;   ///< false with --no-check
+  std::size_t wrong = 0;  ///< summed over ranks
+};
+
+struct Row {
+  std::size_t bytes = 0;  ///< the size column: whole buffer, rounded down to whole elements
+  std::size_t count = 0;  ///< elements in that buffer
+  DataType dtype = DataType::f32;
+  ReduceOp op = ReduceOp::sum;
+  int root = -1;  ///< -1 for collectives without a root
+  std::string algorithm;
+  Measurement out_of_place, in_place;
+};
+
+/// busbw / algbw for `b` on `world` ranks.
+double bus_factor(Bench b, int world) noexcept;
+
+class Runner {
+ public:
+  /// Allocates (and touches) buffers for the largest size.
+  Runner(Communicator& comm, const PerfOptions& options);
+
+  /// Measures one size; nullopt-like empty row (count 0) when the size holds no element per
+  /// rank. Throws tandem::Error when a collective fails.
+  Row run(std::size_t size, DataType dtype, ReduceOp op);
+
+ private:
+  struct Shape {
+    std::size_t per = 0;  ///< elements per rank (per block for allgather/reduce_scatter/alltoall)
+    std::size_t in = 0, out = 0;  ///< elements of the input and output views
+  };
+  struct Views {
+    BufferView in, out;
+  };
+  struct FreeDeleter {
+    void operator()(std::byte* p) const noexcept { std::free(p); }
+  };
+
+  Shape shape(std::size_t size, DataType t) const;
+  Views views(const Shape& s, DataType t, bool in_place) const;
+  void run_once(const Views& v, ReduceOp op);
+  Measurement measure(const Shape& s, DataType t, ReduceOp op, bool in_place,
+                      std::size_t row_bytes);
+  std::size_t check(const Shape& s, DataType t, ReduceOp op, bool in_place);
+
+  Communicator& comm_;
+  const PerfOptions& options_;
+  CallOptions call_;
+  int rank_, world_;
+  std::size_t capacity_ = 0;
+  std::unique_ptr<std::byte[], FreeDeleter> a_, b_;
+};
+
+}  // namespace tandem::tools::perf

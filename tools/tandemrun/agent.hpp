@@ -1,0 +1,68 @@
+#pragma once
+// The tandemrun of one node (torchelastic's "agent"): joins the run through the store, runs
+// round after round of workers under a Supervisor, and after a failed round agrees with the
+// other nodes on what happened: node 0 collects every node's report and publishes a verdict
+// (restart, or exit with one failure summary), which every node follows and prints.
+
+#include "core/net.hpp"
+#include "options.hpp"
+#include "records.hpp"
+#include "rendezvous.hpp"
+#include "session.hpp"
+#include "supervisor.hpp"
+#include "watcher.hpp"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tandem::tools::tandemrun {
+
+class Agent final : public RunLink {
+ public:
+  Agent(const LaunchOptions& options, std::string program_path);
+  ~Agent() override;
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  /// Runs to the end; returns tandemrun's exit code.
+  int run();
+
+  int event_fd() const override;
+  std::vector<WatchEvent> take_events() override;
+  RoundEnd publish_failure(const RoundEnd& failure) override;
+  RoundEnd publish_shutdown(int sig) override;
+  std::optional<RoundEnd> publish_success() override;
+
+ private:
+  int run_rounds();
+  bool wait_keys(const std::vector<std::string>& keys, Deadline deadline);
+  void check_interrupts();
+  void start_watcher();
+  bool coordinator() const { return session_ != nullptr && session_->hosts_store(); }
+  Verdict coordinate_verdict(const RoundEnd& end, const NodeReport& mine);
+  Verdict await_verdict();
+  void fill(Verdict& v) const;
+  std::string store_gone(const std::string& detail) const;
+  int finish_success();
+  /// Says goodbye (other nodes), or waits for the others' goodbyes (node 0, whose store they
+  /// still read).
+  void leave();
+  int cut_off_exit(const std::string& why, const NodeReport& mine);
+  RoundEnd publish_end(const RoundEnd& end);
+
+  const LaunchOptions& options_;
+  std::string program_path_;
+  std::string host_;
+  net::Fd signal_fd_;
+  std::unique_ptr<Session> session_;
+  std::unique_ptr<Watcher> watcher_;
+  Assignment assignment_;
+  int round_ = 0;
+  std::string abort_key_;  ///< while set, a value there ends the current wait
+  std::vector<int> lost_nodes_;
+  std::vector<std::string> lost_hosts_;
+};
+
+}  // namespace tandem::tools::tandemrun

@@ -1,0 +1,427 @@
+#include "supervisor.hpp"
+
+#include "rendezvous.hpp"
+#include "session.hpp"
+#include "worker.hpp"
+
+#include <tandem/error.hpp>
+#include <tandem/log.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <system_error>
+#include <unistd.h>
+
+namespace tandem::tools::tandemrun {
+namespace {
+
+using namespace std::chrono_literals;
+
+// After SIGKILL, how long to wait for the kernel to reap; after the last worker exits, how
+// long to keep reading pipes held open by processes that left the worker's group.
+constexpr auto kReapBound = 5s;
+constexpr auto kDrainBound = 2s;
+
+void signal_group(pid_t pgid, int sig) {
+  if (::kill(-pgid, sig) != 0 && errno == ESRCH) ::kill(pgid, sig);
+}
+
+void note(std::string_view text) {
+  write_all(2, fmt::format("tandemrun: {}\n", text));
+}
+
+double seconds(std::chrono::milliseconds d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+}  // namespace
+
+sigset_t handled_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, s);
+  return set;
+}
+
+void block_signals() {
+  const sigset_t set = handled_signals();
+  ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // A closed console must not kill tandemrun before it stops the workers; write_all()
+  // notices EPIPE instead. Workers get the default disposition back before exec.
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGPIPE, &ignore, nullptr);
+}
+
+bool Worker::failed() const {
+  return !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+std::string Worker::describe_status() const {
+  WorkerRecord r;
+  r.running = running;
+  r.status = status;
+  return r.describe_status();
+}
+
+Supervisor::Supervisor(const LaunchOptions& options, const Session& session,
+                       const Assignment& assignment, std::string program_path, int signal_fd,
+                       RunLink& link)
+    : options_(options),
+      session_(session),
+      assignment_(assignment),
+      program_path_(std::move(program_path)),
+      signal_fd_(signal_fd),
+      link_(link),
+      host_(net::local_host_name()) {}
+
+Supervisor::~Supervisor() {
+  // Only reached with workers still running when something threw: leave none behind.
+  for (auto& w : workers_) {
+    if (!w->running) continue;
+    signal_group(w->pid, SIGKILL);
+    int status = 0;
+    ::waitpid(w->pid, &status, 0);
+  }
+}
+
+RoundResult Supervisor::run() {
+  start_ = Clock::now();
+  start_workers();
+  loop();
+  return result();
+}
+
+void Supervisor::start_workers() {
+  const NodeSlot& me = assignment_.self();
+  workers_.reserve(static_cast<std::size_t>(me.nproc));
+  for (int local = 0; local < me.nproc; ++local) {
+    auto w = std::make_unique<Worker>();
+    w->local_rank = local;
+    w->rank = me.first_rank + local;
+    const std::string log = session_.log_path(w->rank);
+    if (!log.empty()) {
+      // A restarted worker's lines follow those of its earlier runs.
+      const int mode = assignment_.round == 0 ? O_TRUNC : O_APPEND;
+      w->log_fd.reset(::open(log.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | mode, 0644));
+      if (!w->log_fd)
+        TANDEM_THROW(ErrorCode::Io, "cannot create log file {}: {}", log,
+                     std::system_category().message(errno));
+      if (assignment_.round > 0)
+        write_all(w->log_fd.get(), fmt::format("--- restart {} ---\n", assignment_.round));
+    }
+    const int mask = options_.redirects.for_rank(local);
+    const bool console = options_.on_console(local);
+    const std::string prefix = fmt::format("[rank {}]: ", w->rank);
+    w->out = std::make_unique<LineStream>(prefix, (mask & 1) || !console ? -1 : 1, w->log_fd.get(),
+                                          &w->tail);
+    w->err = std::make_unique<LineStream>(prefix, (mask & 2) || !console ? -1 : 2, w->log_fd.get(),
+                                          &w->tail);
+
+    SpawnedWorker s =
+        spawn_worker(program_path_, options_.command, session_.worker_env(assignment_, local));
+    w->pid = s.pid;
+    w->out_fd = std::move(s.out);
+    w->err_fd = std::move(s.err);
+    w->running = true;
+    ++running_;
+    TANDEM_INFO(run, "tandemrun: started rank {} (local rank {}) as pid {}", w->rank, local,
+                w->pid);
+    workers_.push_back(std::move(w));
+    // A signal, or the end of the round elsewhere, while starting: stop rather than start
+    // the rest.
+    on_signals();
+    on_events();
+    if (stopping_ || !cut_off_.empty()) break;
+  }
+}
+
+void Supervisor::loop() {
+  std::vector<pollfd> pfds;
+  std::vector<std::pair<Worker*, bool>> streams;  // (worker, is stderr) per pfds[2..]
+  Deadline drain_until = Deadline::max();
+  bool drained = false;
+  while (true) {
+    const auto now = Clock::now();
+    if (running_ == 0 && drain_until == Deadline::max()) drain_until = now + kDrainBound;
+    if (stopping_ && !killed_ && now >= kill_at_) {
+      if (running_ > 0) {
+        note(
+            fmt::format("{} worker(s) still running {:g} s after the stop signal: sending "
+                        "SIGKILL",
+                        running_, seconds(options_.grace_period)));
+      }
+      stop_all(SIGKILL);
+      killed_ = true;
+      give_up_at_ = now + kReapBound;
+    }
+    if (running_ > 0 && killed_ && now >= give_up_at_) {
+      note(
+          fmt::format("{} worker(s) did not exit after SIGKILL (stuck in the kernel?); giving "
+                      "up on them",
+                      running_));
+      break;
+    }
+
+    pfds.assign({pollfd{signal_fd_, POLLIN, 0}, pollfd{link_.event_fd(), POLLIN, 0}});
+    streams.clear();
+    for (auto& w : workers_) {
+      if (w->out_fd) {
+        pfds.push_back({w->out_fd.get(), POLLIN, 0});
+        streams.emplace_back(w.get(), false);
+      }
+      if (w->err_fd) {
+        pfds.push_back({w->err_fd.get(), POLLIN, 0});
+        streams.emplace_back(w.get(), true);
+      }
+    }
+    if (running_ == 0 && !drained && (streams.empty() || now >= drain_until)) {
+      drained = true;
+      for (auto& w : workers_) {
+        w->out->finish();
+        w->err->finish();
+        w->out_fd.reset();
+        w->err_fd.reset();
+      }
+      reap();  // descendants killed with their worker's group
+      continue;
+    }
+    if (drained) {
+      const bool all_ok =
+          static_cast<int>(workers_.size()) == assignment_.self().nproc &&
+          std::none_of(workers_.begin(), workers_.end(), [](const auto& w) { return w->failed(); });
+      if (all_ok && !end_ && cut_off_.empty() && !told_success_) {
+        told_success_ = true;
+        try {
+          if (auto e = link_.publish_success()) end_round(*e);
+        } catch (const Error& e) {
+          cut_off(store_gone(e.message()));
+        }
+      }
+      if (end_ || !cut_off_.empty()) break;
+    }
+
+    Deadline next = drained ? Deadline::max() : drain_until;
+    if (stopping_ && !killed_) next = std::min(next, kill_at_);
+    if (killed_) next = std::min(next, give_up_at_);
+    const int rc = ::poll(pfds.data(), pfds.size(), net::poll_timeout_ms(next));
+    if (rc < 0 && errno != EINTR)
+      TANDEM_THROW(ErrorCode::Io, "poll failed: {}", std::system_category().message(errno));
+    if (rc <= 0) continue;
+    // Output first, so a worker's last lines are read before its exit is reported.
+    for (std::size_t i = 2; i < pfds.size(); ++i) {
+      if (pfds[i].revents != 0) read_stream(*streams[i - 2].first, streams[i - 2].second);
+    }
+    if (pfds[0].revents != 0) on_signals();
+    if (pfds[1].revents != 0) on_events();
+  }
+}
+
+void Supervisor::read_stream(Worker& w, bool err) {
+  std::array<char, std::size_t{64} * 1024> buf;
+  net::Fd& fd = err ? w.err_fd : w.out_fd;
+  LineStream& stream = err ? *w.err : *w.out;
+  const ssize_t n = ::read(fd.get(), buf.data(), buf.size());
+  if (n > 0) {
+    stream.feed(std::string_view(buf.data(), static_cast<std::size_t>(n)));
+  } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+    stream.finish();
+    fd.reset();
+  }
+}
+
+void Supervisor::on_signals() {
+  signalfd_siginfo info{};
+  while (::read(signal_fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+    const int sig = static_cast<int>(info.ssi_signo);
+    if (sig == SIGCHLD) continue;  // reaped below, whatever the count
+    if (!stopping_) {
+      interrupted_by_ = sig;
+      if (running_ > 0) {
+        note(fmt::format("received {}: forwarding it to {} worker(s) (SIGKILL after {:g} s)",
+                         signal_name(sig), running_, seconds(options_.grace_period)));
+      }
+      if (cut_off_.empty() && !end_) {
+        try {
+          end_ = link_.publish_shutdown(sig);
+        } catch (const Error& e) {
+          cut_off_ = store_gone(e.message());
+        }
+      }
+      stop_all(sig);
+    } else if (!killed_) {
+      note(fmt::format("received {} again: sending SIGKILL to every worker", signal_name(sig)));
+      stop_all(SIGKILL);
+      killed_ = true;
+      give_up_at_ = Clock::now() + kReapBound;
+    }
+  }
+  reap();
+}
+
+void Supervisor::on_events() {
+  for (const auto& e : link_.take_events()) {
+    switch (e.kind) {
+      case WatchEvent::Kind::end:
+        if (e.round != assignment_.round) break;
+        try {
+          end_round(RoundEnd::from_json(e.value));
+        } catch (const std::runtime_error& x) {
+          cut_off(x.what());
+        }
+        break;
+      case WatchEvent::Kind::store_lost:
+        cut_off(store_gone(e.value));
+        break;
+      case WatchEvent::Kind::node_lost:
+        // Node 0 ends the round itself (the end arrives as an event); the others lose node 0.
+        if (e.node == 0 && assignment_.node_rank != 0)
+          cut_off(fmt::format("node 0 ({}) hosting the store is gone: {}", e.host, e.value));
+        break;
+    }
+  }
+}
+
+void Supervisor::end_round(const RoundEnd& end) {
+  if (end_) return;
+  end_ = end;
+  if (end.kind == RoundEnd::Kind::success || stopping_) return;
+  const int sig = end.kind == RoundEnd::Kind::shutdown ? end.signal : SIGTERM;
+  if (running_ > 0) {
+    note(fmt::format("{}: stopping the {} worker(s) of this node ({}, SIGKILL after {:g} s)",
+                     end.describe(), running_, signal_name(sig), seconds(options_.grace_period)));
+  }
+  stop_all(sig);
+}
+
+std::string Supervisor::store_gone(const std::string& detail) const {
+  return fmt::format("the tandemrun on node 0 ({}) hosting the store at {} is gone ({})",
+                     assignment_.nodes.front().host, session_.store_address(), detail);
+}
+
+void Supervisor::cut_off(const std::string& why) {
+  if (!cut_off_.empty()) return;
+  cut_off_ = why;
+  if (stopping_) return;
+  if (running_ > 0) {
+    note(fmt::format("{}: stopping the {} worker(s) of this node (SIGTERM, SIGKILL after {:g} s)",
+                     why, running_, seconds(options_.grace_period)));
+  }
+  stop_all(SIGTERM);
+}
+
+void Supervisor::reap() {
+  // Every exit first, then their consequences: a worker that is already gone must not be
+  // counted as stopped by tandemrun because a sibling's exit was handled before its own.
+  std::vector<Worker*> batch;
+  while (true) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) break;
+    for (auto& w : workers_) {
+      if (w->pid != pid || !w->running) continue;
+      w->running = false;
+      w->status = status;
+      w->exited_at = Clock::now();
+      w->exited_wall = std::chrono::system_clock::now();
+      --running_;
+      batch.push_back(w.get());
+      break;
+    }
+  }
+  // Within one batch, a worker killed from outside most likely went first (its peers exit
+  // when they lose it); the first failure handled names the round's end.
+  std::stable_sort(batch.begin(), batch.end(), [](const Worker* a, const Worker* b) {
+    const auto hard = [](const Worker* w) {
+      return WIFSIGNALED(w->status) && WTERMSIG(w->status) != SIGABRT &&
+             WTERMSIG(w->status) != w->signal_sent;
+    };
+    return hard(a) && !hard(b);
+  });
+  for (Worker* w : batch) on_worker_exit(*w);
+}
+
+void Supervisor::on_worker_exit(Worker& w) {
+  // Whatever the worker left running in its group goes with it: nothing is orphaned.
+  signal_group(w.pid, SIGKILL);
+  TANDEM_INFO(run, "tandemrun: rank {} (pid {}) {}", w.rank, w.pid, w.describe_status());
+  if (!w.failed() || stopping_) return;
+  RoundEnd mine;
+  mine.kind = RoundEnd::Kind::failure;
+  mine.node = assignment_.node_rank;
+  mine.host = host_;
+  mine.rank = w.rank;
+  mine.what = w.describe_status();
+  if (!end_ && cut_off_.empty()) {
+    try {
+      end_ = link_.publish_failure(mine);
+    } catch (const Error& e) {
+      cut_off_ = store_gone(e.message());
+    }
+  }
+  if (running_ > 0) {
+    note(
+        fmt::format("rank {} (pid {}) {}: stopping the other {} worker(s){} (SIGTERM, SIGKILL "
+                    "after {:g} s)",
+                    w.rank, w.pid, w.describe_status(), running_,
+                    assignment_.nnodes() > 1 ? " of this node, and those of the other nodes" : "",
+                    seconds(options_.grace_period)));
+  }
+  stop_all(SIGTERM);
+}
+
+void Supervisor::stop_all(int sig) {
+  if (!stopping_) {
+    stopping_ = true;
+    kill_at_ = Clock::now() + options_.grace_period;
+  }
+  for (auto& w : workers_) {
+    if (!w->running) continue;
+    signal_group(w->pid, sig);
+    if (sig != SIGKILL) signal_group(w->pid, SIGCONT);  // a stopped worker must see it
+    w->signal_sent = sig;
+  }
+}
+
+RoundResult Supervisor::result() const {
+  RoundResult r;
+  r.end = end_;
+  r.cut_off = cut_off_;
+  r.interrupted_by = interrupted_by_;
+  r.report.node = assignment_.node_rank;
+  r.report.host = host_;
+  r.report.agent_pid = static_cast<int>(::getpid());
+  for (int local = 0; local < assignment_.self().nproc; ++local) {
+    WorkerRecord rec;
+    rec.local_rank = local;
+    rec.rank = assignment_.self().first_rank + local;
+    rec.node = assignment_.node_rank;
+    rec.host = host_;
+    if (static_cast<std::size_t>(local) < workers_.size()) {
+      const Worker& w = *workers_[static_cast<std::size_t>(local)];
+      rec.pid = w.pid;
+      rec.running = w.running;
+      rec.status = w.status;
+      rec.signal_sent = w.signal_sent;
+      rec.exited_ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(w.exited_wall.time_since_epoch())
+              .count();
+      rec.seconds = std::chrono::duration<double>(w.exited_at - start_).count();
+      if (!w.running && w.failed()) rec.tail.assign(w.tail.lines().begin(), w.tail.lines().end());
+    } else {
+      rec.started = false;
+    }
+    r.report.workers.push_back(std::move(rec));
+  }
+  return r;
+}
+
+}  // namespace tandem::tools::tandemrun
