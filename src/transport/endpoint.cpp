@@ -48,6 +48,13 @@ void PeerFailureHandler::throw_unraised(int peer) {
                peer);
 }
 
+void throw_corrupt_queue(std::string_view what) {
+  TANDEM_THROW(ErrorCode::Internal,
+               "a transport request queue is corrupt: {}. A posted request must stay where it "
+               "is, unchanged, until it completes or the mesh is aborted; please report this",
+               what);
+}
+
 void throw_protocol(int peer, Link link, std::string_view what) {
   TANDEM_THROW(ErrorCode::Internal,
                "protocol violation by rank {} ({}): {}. Every rank must run the same tandem "

@@ -3,8 +3,11 @@
 // (sends and receives) and a non-blocking progress() that moves bytes. Blocking,
 // deadlines and liveness live in the mesh, so every transport gets them the same way.
 
+#include "core/net.hpp"
 #include "transport/mesh.hpp"
 
+#include <functional>
+#include <memory>
 #include <poll.h>
 #include <string>
 #include <string_view>
@@ -12,12 +15,29 @@
 
 namespace tandem::transport {
 
+/// Debug builds check the request queues' links on every change, and the mesh that a posted
+/// request is in no queue yet: a request posted again while pending, or changed or destroyed
+/// while queued, would otherwise silently lose requests.
+#ifdef NDEBUG
+inline constexpr bool kCheckQueues = false;
+#else
+inline constexpr bool kCheckQueues = true;
+#endif
+
+/// Throws Error(Internal): a request queue's links are broken (`what` says how).
+[[noreturn]] void throw_corrupt_queue(std::string_view what);
+
 /// FIFO of requests linked through Request::next (the mesh never allocates per request).
 class RequestQueue {
  public:
   bool empty() const noexcept { return head_ == nullptr; }
   Request* front() const noexcept { return head_; }
-  void push(Request& r) noexcept {
+  void push(Request& r) {
+    if constexpr (kCheckQueues) {
+      if ((head_ == nullptr) != (tail_ == nullptr) || (tail_ != nullptr && tail_->next != nullptr))
+        throw_corrupt_queue("its last request links to another one");
+      if (contains(r)) throw_corrupt_queue("a request was posted again while still pending");
+    }
     r.next = nullptr;
     if (tail_ != nullptr)
       tail_->next = &r;
@@ -26,14 +46,26 @@ class RequestQueue {
     tail_ = &r;
   }
   /// Unlinks the head. The caller marks it complete afterwards and never touches it again.
-  Request* pop() noexcept {
+  Request* pop() {
     Request* r = head_;
+    if constexpr (kCheckQueues) {
+      if (r == nullptr) throw_corrupt_queue("pop() on an empty queue");
+      if ((r == tail_) != (r->next == nullptr))
+        throw_corrupt_queue("a pending request was changed or destroyed");
+    }
     head_ = r->next;
     if (head_ == nullptr) tail_ = nullptr;
+    r->next = nullptr;
     return r;
   }
   /// Forgets every request without touching them (they may already be gone).
   void clear() noexcept { head_ = tail_ = nullptr; }
+  /// Whether `r` is linked in this queue (walks it: for checks).
+  bool contains(const Request& r) const noexcept {
+    for (const Request* q = head_; q != nullptr; q = q->next)
+      if (q == &r) return true;
+    return false;
+  }
 
  private:
   Request* head_ = nullptr;
@@ -95,6 +127,17 @@ class Endpoint {
   RequestQueue sends_;
   RequestQueue recvs_;
 };
+
+/// Makes the endpoint to `peer`; it reports a closed connection through `failures`.
+using EndpointMaker = std::function<std::unique_ptr<Endpoint>(int peer, PeerFailureHandler&)>;
+
+/// A mesh of `peers.size()` ranks over endpoints that `make_endpoint` makes for every peer but
+/// `rank`, each peer watched through its control connection `controls[peer]` (BYE, ABORT,
+/// end of file). The endpoints must be tcp links: shared memory needs the context that
+/// connect_mesh() sets up. Tests drive the mesh's wait loop with scripted endpoints this way.
+std::unique_ptr<Mesh> make_mesh(int rank, std::vector<PeerInfo> peers,
+                                std::vector<net::Fd> controls, const EndpointMaker& make_endpoint,
+                                const MeshOptions& options);
 
 }  // namespace tandem::transport
 

@@ -80,6 +80,16 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
 
   void post(Request& r) override {
     throw_if_poisoned();
+    if constexpr (kCheckQueues) {
+      // Before its links are reset: reposting a pending request would cut its queue.
+      for (const Endpoint* ep : active_) {
+        if (ep->sends().contains(r) || ep->recvs().contains(r))
+          TANDEM_THROW(ErrorCode::Internal,
+                       "a {} of {} bytes was posted again while still pending with rank {}: a "
+                       "request must complete (or the mesh be aborted) before it is reused",
+                       to_string(r.kind), r.bytes, ep->peer());
+      }
+    }
     TANDEM_CHECK_ARG(r.peer >= 0 && r.peer < size() && r.peer != rank_,
                      "cannot {} rank {}: peers are 0..{} except this rank ({})", to_string(r.kind),
                      r.peer, size() - 1, rank_);
@@ -190,6 +200,9 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
       if (now >= next_control_check_) {
         next_control_check_ = now + kControlPeriod;
         check_controls(0);
+        // A peer that failed after sending its last message: the pass that noticed the
+        // failure delivered it and everything waited for may be complete now.
+        if (done()) return;
       }
       if (moved) {
         spin_until = now + options_.spin_time;
@@ -208,17 +221,26 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
     return moved;
   }
 
-  // One sleep of at most kSlice, on whatever can wake this rank.
+  // One sleep of at most kSlice, on whatever can wake this rank. Returns at once when the
+  // look at peers that left moved data: the caller checks its requests again first.
   void block(Deadline deadline) {
-    check_left_peers();
+    if (check_left_peers()) return;
     bool shm_busy = false;
     bool tcp_busy = false;
     for (const Endpoint* ep : active_)
       if (ep->busy()) (ep->link() == Link::shm ? shm_busy : tcp_busy) = true;
-    if (!shm_busy && !tcp_busy)
+    if (!shm_busy && !tcp_busy) {
+      // Nothing is pending: unless a waited request is complete (then there is nothing to
+      // sleep for), that request is in no queue of this mesh.
+      const auto lost = std::find_if(waiting_.begin(), waiting_.end(),
+                                     [](const Request* r) { return !r->complete; });
+      if (lost == waiting_.end()) return;
       TANDEM_THROW(ErrorCode::InvalidArgument,
-                   "wait() on a request that was never posted to this mesh (or was posted to "
-                   "another one)");
+                   "wait() on a {} of {} bytes {} rank {} that was never posted to this mesh (or "
+                   "was posted to another one)",
+                   to_string((*lost)->kind), (*lost)->bytes,
+                   (*lost)->kind == RequestKind::send ? "to" : "from", (*lost)->peer);
+    }
     const auto slice = std::min<Clock::duration>(kSlice, deadline - Clock::now());
     if (shm_busy && !tcp_busy) {
       shm_->sleep(slice, [this] { return progress_all(); });
@@ -286,8 +308,9 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
 
   // A peer that closed its mesh normally will neither send nor receive again. Its BYE was
   // sent after everything it published, so one progress pass after reading the BYE sees all
-  // of that: only when that pass moves nothing is the peer known to owe data.
-  void check_left_peers() {
+  // of that: only when that pass moves nothing is the peer known to owe data. Returns whether
+  // that pass moved anything (it may have completed what the caller waits for).
+  bool check_left_peers() {
     auto stranded = [this]() -> const Endpoint* {
       for (const Endpoint* ep : active_) {
         if (!ep->busy() ||
@@ -299,8 +322,10 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
       }
       return nullptr;
     };
-    if (stranded() == nullptr || progress_all()) return;
+    if (stranded() == nullptr) return false;
+    if (progress_all()) return true;
     if (const Endpoint* ep = stranded()) throw_left(ep->peer());
+    return false;
   }
 
   [[noreturn]] void throw_left(int peer) {
@@ -446,6 +471,26 @@ std::string run_id(const std::vector<RankRecord>& records) {
 }
 
 }  // namespace
+
+std::unique_ptr<Mesh> make_mesh(int rank, std::vector<PeerInfo> peers,
+                                std::vector<net::Fd> controls, const EndpointMaker& make_endpoint,
+                                const MeshOptions& options) {
+  const int size = static_cast<int>(peers.size());
+  TANDEM_CHECK_ARG(rank >= 0 && rank < size && controls.size() == peers.size(),
+                   "rank {} in a group of {} ranks with {} control connections", rank, size,
+                   controls.size());
+  std::vector<Link> links(peers.size(), Link::tcp);
+  links[static_cast<std::size_t>(rank)] = Link::self;
+  auto mesh = std::make_unique<MeshImpl>(rank, options, std::move(peers), std::move(links));
+  for (int p = 0; p < size; ++p) {
+    if (p == rank) continue;
+    auto ep = make_endpoint(p, mesh->failures());
+    TANDEM_CHECK_ARG(ep != nullptr && ep->peer() == p && ep->link() == Link::tcp,
+                     "the endpoint to rank {} must be a tcp link to that rank", p);
+    mesh->attach(p, Control(std::move(controls[static_cast<std::size_t>(p)])), std::move(ep));
+  }
+  return mesh;
+}
 
 std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
                                    const MeshOptions& options) {

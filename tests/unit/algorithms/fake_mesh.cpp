@@ -51,6 +51,12 @@ class FakeMesh final : public transport::Mesh {
                    r.bytes);
     if (r.kind == RequestKind::recv_reduce && r.bytes % dtype_size(r.dtype) != 0)
       TANDEM_THROW(ErrorCode::Internal, "recv_reduce of {} bytes is not whole elements", r.bytes);
+    for (const auto& c : world_.channels_) {
+      if (std::find(c.sends.begin(), c.sends.end(), &r) != c.sends.end() ||
+          std::find(c.recvs.begin(), c.recvs.end(), &r) != c.recvs.end())
+        TANDEM_THROW(ErrorCode::Internal, "rank {} posted a {} again while it is still pending",
+                     rank_, r.kind == RequestKind::send ? "send" : "receive");
+    }
     r.done = 0;
     r.complete = false;
     r.next = nullptr;
