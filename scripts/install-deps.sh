@@ -8,7 +8,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev
   libhwloc-dev libhwy-dev zlib1g-dev
-  iproute2 procps
+  iproute2 procps clang-format
   python3-torch
 )
 [ "${1:-}" = "--list" ] && { printf '%s\n' "${packages[@]}"; exit 0; }

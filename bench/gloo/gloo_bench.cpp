@@ -20,17 +20,10 @@
 // every candidate's probe median; -a NAME forces one candidate (list: gloo_candidates.hpp).
 #include "gloo_candidates.hpp"
 
-#include <gloo/allgather.h>
-#include <gloo/barrier.h>
-#include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/file_store.h>
-#include <gloo/transport/tcp/device.h>
-
-#include <unistd.h>
+#include <climits>
 
 #include <algorithm>
 #include <chrono>
-#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -38,9 +31,15 @@
 #include <exception>
 #include <fstream>
 #include <functional>
+#include <gloo/allgather.h>
+#include <gloo/barrier.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/transport/tcp/device.h>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 namespace gloo_bench {
@@ -76,10 +75,20 @@ std::size_t parse_size(const std::string& s, const char* flag) {
   double mult = 1;
   if (end != nullptr && *end != '\0') {
     switch (*end) {
-      case 'k': case 'K': mult = 1024.0; break;
-      case 'm': case 'M': mult = 1024.0 * 1024.0; break;
-      case 'g': case 'G': mult = 1024.0 * 1024.0 * 1024.0; break;
-      default: usage_error(std::string(flag) + " '" + s + "' is not a size (8, 64K, 128M, 1G)");
+      case 'k':
+      case 'K':
+        mult = 1024.0;
+        break;
+      case 'm':
+      case 'M':
+        mult = 1024.0 * 1024.0;
+        break;
+      case 'g':
+      case 'G':
+        mult = 1024.0 * 1024.0 * 1024.0;
+        break;
+      default:
+        usage_error(std::string(flag) + " '" + s + "' is not a size (8, 64K, 128M, 1G)");
     }
     if (end[1] != '\0' && !((end[1] == 'B' || end[1] == 'b') && end[2] == '\0'))
       usage_error(std::string(flag) + " '" + s + "' is not a size (8, 64K, 128M, 1G)");
@@ -134,25 +143,42 @@ Options parse(int argc, char** argv) {
     const std::string v = argv[++i];
     if (a == "-c" || a == "--collective") {
       o.coll_name = v;
-      if (v == "allreduce") o.coll = Coll::allreduce;
-      else if (v == "broadcast") o.coll = Coll::broadcast;
-      else if (v == "allgather") o.coll = Coll::allgather;
-      else usage_error("-c '" + v + "': use allreduce, broadcast or allgather");
-    } else if (a == "-b" || a == "--minbytes") o.min_bytes = parse_size(v, "-b");
-    else if (a == "-e" || a == "--maxbytes") o.max_bytes = parse_size(v, "-e");
-    else if (a == "-f" || a == "--stepfactor") o.factor = std::atof(v.c_str());
-    else if (a == "-n" || a == "--iters") o.iters = parse_int(v, "-n", 1, 1000000);
+      if (v == "allreduce")
+        o.coll = Coll::allreduce;
+      else if (v == "broadcast")
+        o.coll = Coll::broadcast;
+      else if (v == "allgather")
+        o.coll = Coll::allgather;
+      else
+        usage_error("-c '" + v + "': use allreduce, broadcast or allgather");
+    } else if (a == "-b" || a == "--minbytes")
+      o.min_bytes = parse_size(v, "-b");
+    else if (a == "-e" || a == "--maxbytes")
+      o.max_bytes = parse_size(v, "-e");
+    else if (a == "-f" || a == "--stepfactor")
+      o.factor = std::atof(v.c_str());
+    else if (a == "-n" || a == "--iters")
+      o.iters = parse_int(v, "-n", 1, 1000000);
     else if (a == "-w" || a == "--warmup" || a == "--warmup_iters")
       o.warmup = parse_int(v, "-w", 0, 1000000);
-    else if (a == "-r" || a == "--root") o.root = parse_int(v, "-r", 0, INT_MAX);
-    else if (a == "-d" || a == "--datatype") dtype = v;
-    else if (a == "-o" || a == "--op") op = v;
-    else if (a == "-a" || a == "--algo") o.algo = v;
-    else if (a == "--store") o.store = v;
-    else if (a == "--host") o.host = v;
-    else if (a == "--timeout") o.timeout_s = parse_int(v, "--timeout", 1, 86400);
-    else if (a == "--json") o.json_path = v;
-    else usage_error("unknown flag " + a);
+    else if (a == "-r" || a == "--root")
+      o.root = parse_int(v, "-r", 0, INT_MAX);
+    else if (a == "-d" || a == "--datatype")
+      dtype = v;
+    else if (a == "-o" || a == "--op")
+      op = v;
+    else if (a == "-a" || a == "--algo")
+      o.algo = v;
+    else if (a == "--store")
+      o.store = v;
+    else if (a == "--host")
+      o.host = v;
+    else if (a == "--timeout")
+      o.timeout_s = parse_int(v, "--timeout", 1, 86400);
+    else if (a == "--json")
+      o.json_path = v;
+    else
+      usage_error("unknown flag " + a);
   }
   if (dtype != "f32") usage_error("-d '" + dtype + "': this benchmark measures f32 only");
   if (op != "sum") usage_error("-o '" + op + "': this benchmark measures sum only");
@@ -255,7 +281,9 @@ double median_of(std::vector<double> v) {
   return v[(v.size() - 1) / 2];
 }
 
-int probe_iters(const Options& o) { return std::max(5, o.iters / 4); }
+int probe_iters(const Options& o) {
+  return std::max(5, o.iters / 4);
+}
 
 // One checked iteration; returns the wrong elements summed over ranks. The Algorithm classes
 // let a peer write straight into this rank's registered buffer as soon as it runs, so every
@@ -426,16 +454,17 @@ void print_header(const Ctx& ctx, const Options& o, const std::vector<Candidate>
   std::printf("#  Transports from rank 0: gloo tcp (%s) to %d peer(s); rendezvous: FileStore\n",
               o.host.c_str(), ctx->size - 1);
   if (list.size() > 1)
-    std::printf("#  Algorithm: fastest per size and column of {%s} by the median of a "
-                "%d-iteration probe (last column: out-of-place|in-place when they differ)\n",
-                names.c_str(), probe_iters(o));
+    std::printf(
+        "#  Algorithm: fastest per size and column of {%s} by the median of a "
+        "%d-iteration probe (last column: out-of-place|in-place when they differ)\n",
+        names.c_str(), probe_iters(o));
   else
     std::printf("#  Algorithm: %s (forced with -a)\n", names.c_str());
   std::printf("#\n# %10s  %12s  %6s  %6s  %4s  %-43s  %-43s\n", "", "", "", "", "",
               "               out-of-place", "                 in-place");
-  std::printf("# %10s  %12s  %6s  %6s  %4s  %9s %9s %7s %7s %6s  %9s %9s %7s %7s %6s  %s\n",
-              "size", "count", "type", "redop", "root", "time", "p50", "algbw", "busbw", "#wrong",
-              "time", "p50", "algbw", "busbw", "#wrong", "algorithm");
+  std::printf("# %10s  %12s  %6s  %6s  %4s  %9s %9s %7s %7s %6s  %9s %9s %7s %7s %6s  %s\n", "size",
+              "count", "type", "redop", "root", "time", "p50", "algbw", "busbw", "#wrong", "time",
+              "p50", "algbw", "busbw", "#wrong", "algorithm");
   std::printf("# %10s  %12s  %6s  %6s  %4s  %9s %9s %7s %7s %6s  %9s %9s %7s %7s %6s\n", "(B)",
               "(elements)", "", "", "", "(us)", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)",
               "(GB/s)", "(GB/s)", "");
@@ -443,9 +472,8 @@ void print_header(const Ctx& ctx, const Options& o, const std::vector<Candidate>
 }
 
 void print_row(const Options& o, const Row& r) {
-  const std::string algo = r.oop.algorithm == r.ip.algorithm
-                               ? r.oop.algorithm
-                               : r.oop.algorithm + "|" + r.ip.algorithm;
+  const std::string algo =
+      r.oop.algorithm == r.ip.algorithm ? r.oop.algorithm : r.oop.algorithm + "|" + r.ip.algorithm;
   std::printf("  %10zu  %12zu  %6s  %6s  %4d", r.bytes, r.count, "f32",
               o.coll == Coll::allreduce ? "sum" : "none", r.root);
   for (const Stats* s : {&r.oop, &r.ip})
@@ -593,4 +621,6 @@ int bench_main(int argc, char** argv) {
 }  // namespace
 }  // namespace gloo_bench
 
-int main(int argc, char** argv) { return gloo_bench::bench_main(argc, argv); }
+int main(int argc, char** argv) {
+  return gloo_bench::bench_main(argc, argv);
+}

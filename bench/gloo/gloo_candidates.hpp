@@ -2,6 +2,11 @@
 // The Gloo algorithms gloo_bench chooses from, wrapped so that each one is prepared once on
 // fixed buffers and then run many times.
 
+#include <climits>
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
 #include <gloo/allgather.h>
 #include <gloo/allgather_ring.h>
 #include <gloo/allreduce.h>
@@ -13,11 +18,6 @@
 #include <gloo/broadcast_one_to_all.h>
 #include <gloo/context.h>
 #include <gloo/math.h>
-
-#include <climits>
-#include <cstdint>
-#include <cstring>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>

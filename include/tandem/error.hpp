@@ -49,18 +49,18 @@ class Error : public std::runtime_error {
   throw ::tandem::Error((code), ::fmt::format(__VA_ARGS__), __FILE__, __LINE__)
 
 /// Invariant check: throws ErrorCode::Internal with the formatted message when `cond` is false.
-#define TANDEM_CHECK(cond, ...)                                                         \
-  do {                                                                                  \
-    if (!(cond)) [[unlikely]]                                                           \
-      throw ::tandem::Error(::tandem::ErrorCode::Internal,                              \
-                            "check failed: " #cond ": " + ::fmt::format(__VA_ARGS__), \
-                            __FILE__, __LINE__);                                        \
+#define TANDEM_CHECK(cond, ...)                                                                 \
+  do {                                                                                          \
+    if (!(cond)) [[unlikely]]                                                                   \
+      throw ::tandem::Error(::tandem::ErrorCode::Internal,                                      \
+                            "check failed: " #cond ": " + ::fmt::format(__VA_ARGS__), __FILE__, \
+                            __LINE__);                                                          \
   } while (0)
 
 /// Argument check: throws ErrorCode::InvalidArgument when `cond` is false.
-#define TANDEM_CHECK_ARG(cond, ...)                                                       \
-  do {                                                                                    \
-    if (!(cond)) [[unlikely]]                                                             \
+#define TANDEM_CHECK_ARG(cond, ...)                                                           \
+  do {                                                                                        \
+    if (!(cond)) [[unlikely]]                                                                 \
       throw ::tandem::Error(::tandem::ErrorCode::InvalidArgument, ::fmt::format(__VA_ARGS__), \
-                            __FILE__, __LINE__);                                          \
+                            __FILE__, __LINE__);                                              \
   } while (0)

@@ -18,21 +18,25 @@ namespace tandem {
 enum class DataType : std::uint8_t { f32, f64, f16, bf16, i8, u8, i32, i64 };
 
 /// Every DataType, in declaration order (for tests and tools).
-inline constexpr DataType kAllDataTypes[] = {DataType::f32, DataType::f64, DataType::f16,
+inline constexpr DataType kAllDataTypes[] = {DataType::f32,  DataType::f64, DataType::f16,
                                              DataType::bf16, DataType::i8,  DataType::u8,
-                                             DataType::i32, DataType::i64};
+                                             DataType::i32,  DataType::i64};
 
 /// Size of one element in bytes.
 constexpr std::size_t dtype_size(DataType t) noexcept {
   switch (t) {
     case DataType::f64:
-    case DataType::i64: return 8;
+    case DataType::i64:
+      return 8;
     case DataType::f32:
-    case DataType::i32: return 4;
+    case DataType::i32:
+      return 4;
     case DataType::f16:
-    case DataType::bf16: return 2;
+    case DataType::bf16:
+      return 2;
     case DataType::i8:
-    case DataType::u8: return 1;
+    case DataType::u8:
+      return 1;
   }
   return 0;
 }
@@ -61,13 +65,20 @@ std::optional<ReduceOp> parse_reduce_op(std::string_view name) noexcept;
 /// Maps a C++ element type to its DataType (float, double, int8_t, uint8_t, int32_t, int64_t).
 template <class T>
 constexpr DataType dtype_of() noexcept {
-  if constexpr (std::is_same_v<T, float>) return DataType::f32;
-  else if constexpr (std::is_same_v<T, double>) return DataType::f64;
-  else if constexpr (std::is_same_v<T, std::int8_t>) return DataType::i8;
-  else if constexpr (std::is_same_v<T, std::uint8_t>) return DataType::u8;
-  else if constexpr (std::is_same_v<T, std::int32_t>) return DataType::i32;
-  else if constexpr (std::is_same_v<T, std::int64_t>) return DataType::i64;
-  else static_assert(sizeof(T) == 0, "no DataType for this element type");
+  if constexpr (std::is_same_v<T, float>)
+    return DataType::f32;
+  else if constexpr (std::is_same_v<T, double>)
+    return DataType::f64;
+  else if constexpr (std::is_same_v<T, std::int8_t>)
+    return DataType::i8;
+  else if constexpr (std::is_same_v<T, std::uint8_t>)
+    return DataType::u8;
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return DataType::i32;
+  else if constexpr (std::is_same_v<T, std::int64_t>)
+    return DataType::i64;
+  else
+    static_assert(sizeof(T) == 0, "no DataType for this element type");
 }
 
 /// Where a buffer lives: host memory, or a CUDA device.
@@ -120,7 +131,8 @@ Deadline deadline_in(std::chrono::duration<Rep, Period> d) noexcept {
   const auto now = Clock::now();
   const auto left = Deadline::max() - now;
   // Compare in the caller's unit first: converting a huge duration to nanoseconds overflows.
-  if (d >= std::chrono::duration_cast<std::chrono::duration<Rep, Period>>(left)) return Deadline::max();
+  if (d >= std::chrono::duration_cast<std::chrono::duration<Rep, Period>>(left))
+    return Deadline::max();
   const auto want = std::chrono::duration_cast<Clock::duration>(d);
   return want >= left ? Deadline::max() : now + want;
 }

@@ -40,7 +40,8 @@ namespace tandem::transport {
 enum class RequestKind : std::uint8_t {
   send,         ///< send `bytes` from `src`
   recv,         ///< receive `bytes` into `dst`
-  recv_reduce,  ///< dst[i] = src[i] op incoming[i] for `bytes / dtype_size` elements; dst may be src
+  recv_reduce,  ///< dst[i] = src[i] op incoming[i] for `bytes / dtype_size` elements; dst may be
+                ///< src
 };
 
 /// One posted point-to-point operation.
@@ -55,9 +56,9 @@ struct Request {
   ReduceOp op = ReduceOp::sum;    ///< recv_reduce only (avg reduces as sum; the algorithm divides)
 
   // ---- owned by the transport while posted ----
-  std::size_t done = 0;       ///< bytes moved so far
-  bool complete = false;      ///< set once, by the transport
-  Request* next = nullptr;    ///< intrusive FIFO link
+  std::size_t done = 0;        ///< bytes moved so far
+  bool complete = false;       ///< set once, by the transport
+  Request* next = nullptr;     ///< intrusive FIFO link
   std::uint64_t priv[2] = {};  ///< transport-private progress state
 
   static Request make_send(int peer, std::uint32_t tag, const void* src, std::size_t bytes) {
@@ -100,8 +101,8 @@ std::string_view to_string(Link l) noexcept;
 /// Where a rank lives (published through the store at connection time).
 struct PeerInfo {
   int rank = -1;
-  std::string host;    ///< hostname
-  std::string host_id; ///< hostname + boot id + network namespace: equal means same host
+  std::string host;     ///< hostname
+  std::string host_id;  ///< hostname + boot id + network namespace: equal means same host
   int pid = 0;
 };
 
@@ -140,12 +141,12 @@ class Mesh {
 
 /// Options of a Mesh, normally filled from TANDEM_* settings by the communicator.
 struct MeshOptions {
-  bool shm_disable = false;                       ///< TANDEM_SHM_DISABLE
-  std::string socket_ifname;                      ///< TANDEM_SOCKET_IFNAME (empty: auto)
-  std::string token;                              ///< TANDEM_STORE_TOKEN: authenticates peers
+  bool shm_disable = false;   ///< TANDEM_SHM_DISABLE
+  std::string socket_ifname;  ///< TANDEM_SOCKET_IFNAME (empty: auto)
+  std::string token;          ///< TANDEM_STORE_TOKEN: authenticates peers
   std::chrono::nanoseconds spin_time{std::chrono::microseconds(50)};  ///< TANDEM_SPIN_US
-  std::size_t shm_buffer_bytes = 4u << 20;        ///< TANDEM_BUFFSIZE: per shm channel
-  int sockets_per_peer = 1;                       ///< TANDEM_SOCKETS_PER_PEER (tcp data streams)
+  std::size_t shm_buffer_bytes = 4u << 20;  ///< TANDEM_BUFFSIZE: per shm channel
+  int sockets_per_peer = 1;                 ///< TANDEM_SOCKETS_PER_PEER (tcp data streams)
   std::chrono::milliseconds connect_timeout{std::chrono::minutes(10)};
 };
 

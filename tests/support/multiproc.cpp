@@ -1,9 +1,14 @@
 #include "support/multiproc.hpp"
 
-#include <gtest/gtest.h>
 #include <tandem/error.hpp>
 
 #include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -12,15 +17,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <exception>
-
 namespace tandem::testing {
 namespace {
 
-int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+int pidfd_open(pid_t pid) {
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+}
 
 // Binds 127.0.0.1:0 and listens; the store process adopts this socket, so the port is
 // reserved without a race.
@@ -124,7 +126,8 @@ std::vector<RankExit> run_ranks(int n, const std::function<void(const RankContex
     const auto now = Clock::now();
     if (now >= deadline) break;
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
-    const int rc = ::poll(pfds.data(), pfds.size(), static_cast<int>(std::min<long long>(ms + 1, 60000)));
+    const int rc =
+        ::poll(pfds.data(), pfds.size(), static_cast<int>(std::min<long long>(ms + 1, 60000)));
     if (rc < 0 && errno != EINTR) break;
     for (std::size_t i = 0; i < pfds.size(); ++i) {
       if (!(pfds[i].revents & POLLIN)) continue;
@@ -161,9 +164,11 @@ std::vector<RankExit> run_ranks(int n, const std::function<void(const RankContex
 
 std::string describe(const RankExit& e) {
   if (e.timed_out)
-    return fmt::format("rank {} (pid {}): still running after {:.1f} s (killed)", e.rank, e.pid, e.seconds);
+    return fmt::format("rank {} (pid {}): still running after {:.1f} s (killed)", e.rank, e.pid,
+                       e.seconds);
   if (e.exited)
-    return fmt::format("rank {} (pid {}): exit code {} after {:.2f} s", e.rank, e.pid, e.exit_code, e.seconds);
+    return fmt::format("rank {} (pid {}): exit code {} after {:.2f} s", e.rank, e.pid, e.exit_code,
+                       e.seconds);
   return fmt::format("rank {} (pid {}): killed by {} after {:.2f} s", e.rank, e.pid,
                      sigabbrev_np(e.signal) ? sigabbrev_np(e.signal) : "?", e.seconds);
 }

@@ -28,11 +28,11 @@ struct RankContext {
 struct RankExit {
   int rank = 0;
   int pid = 0;
-  bool exited = false;    ///< exited normally (exit_code valid)
+  bool exited = false;  ///< exited normally (exit_code valid)
   int exit_code = -1;
-  int signal = 0;         ///< terminating signal, when !exited
-  bool timed_out = false; ///< still running at the deadline (then killed)
-  double seconds = 0;     ///< from fork to exit
+  int signal = 0;          ///< terminating signal, when !exited
+  bool timed_out = false;  ///< still running at the deadline (then killed)
+  double seconds = 0;      ///< from fork to exit
   bool ok() const { return exited && exit_code == 0 && !timed_out; }
 };
 

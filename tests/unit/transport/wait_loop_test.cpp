@@ -16,9 +16,9 @@
 #include <chrono>
 #include <memory>
 #include <string>
-#include <system_error>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <system_error>
 #include <unistd.h>
 #include <vector>
 
