@@ -154,16 +154,6 @@ std::uint64_t hash_gradients(const std::vector<BufferView>& views) {
   return h;
 }
 
-bool same_on_every_rank(Communicator& comm, std::uint64_t value) {
-  std::int64_t mine = static_cast<std::int64_t>(value);
-  std::vector<std::int64_t> all(static_cast<std::size_t>(comm.size()));
-  comm.allgather(BufferView::raw(&mine, 1, DataType::i64),
-                 BufferView::of(std::span<std::int64_t>(all)));
-  for (auto v : all)
-    if (v != mine) return false;
-  return true;
-}
-
 testing::RunOptions run_options(std::vector<std::string> extra) {
   testing::RunOptions o;
   o.timeout = std::chrono::seconds(180);

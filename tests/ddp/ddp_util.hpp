@@ -5,6 +5,7 @@
 
 #include "ddp/aligned_buffer.hpp"
 #include "support/multiproc.hpp"
+#include "support/rank_checks.hpp"
 
 #include <tandem/communicator.hpp>
 #include <tandem/ddp.hpp>
@@ -66,8 +67,7 @@ std::vector<std::size_t> ready_order(int rank, std::size_t n, int t);
 
 /// FNV-1a over the bytes of every gradient.
 std::uint64_t hash_gradients(const std::vector<BufferView>& views);
-/// True when `value` is the same on every rank (an allgather).
-bool same_on_every_rank(Communicator& comm, std::uint64_t value);
+using tandem::testing::same_on_every_rank;
 
 /// Options for run_ranks: a short TANDEM_TIMEOUT so a bug fails instead of hanging.
 testing::RunOptions run_options(std::vector<std::string> extra = {});

@@ -128,7 +128,7 @@ TEST(TandemPerf, EveryDtypeAndOp) {
 
 TEST(TandemPerf, TcpTransportAndJson) {
   TempDir dir;
-  const std::string json = dir.path() + "/rows.json";
+  const std::string json = dir.file("rows.json");
   const auto run = run_perf(
       2,
       {"-c", "allreduce", "-b", "1K", "-e", "4M", "-f", "16", "-n", "3", "-w", "1", "--json", json},

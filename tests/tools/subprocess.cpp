@@ -168,23 +168,6 @@ ProcessResult run_process(const std::vector<std::string>& argv, const std::vecto
   return p.wait(timeout);
 }
 
-TempDir::TempDir() {
-  std::string tmpl = "/tmp/tandem-tools-test-XXXXXX";
-  if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-  path_ = tmpl;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
-
-std::string TempDir::fifo(const std::string& name) const {
-  std::string p = path_ + "/" + name;
-  if (::mkfifo(p.c_str(), 0600) != 0) throw std::runtime_error("mkfifo failed: " + p);
-  return p;
-}
-
 std::vector<std::string> split_lines(const std::string& text) {
   std::vector<std::string> lines;
   std::size_t start = 0;

@@ -2,6 +2,8 @@
 // Running the tools as subprocesses from tests: stdout and stderr captured through pipes,
 // every wait bounded by a deadline (the process is SIGKILLed there), nothing sleeps.
 
+#include "support/temp_dir.hpp"
+
 #include <tandem/types.hpp>
 
 #include <chrono>
@@ -54,21 +56,6 @@ class Subprocess {
 ProcessResult run_process(const std::vector<std::string>& argv,
                           const std::vector<std::string>& env = {},
                           std::chrono::milliseconds timeout = std::chrono::seconds(60));
-
-/// A fresh directory under /tmp, removed with everything in it on destruction.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const noexcept { return path_; }
-  /// Creates a fifo named `name` in the directory and returns its path.
-  std::string fifo(const std::string& name) const;
-
- private:
-  std::string path_;
-};
 
 /// Splits text into lines (without the newlines; a last line without one is kept).
 std::vector<std::string> split_lines(const std::string& text);

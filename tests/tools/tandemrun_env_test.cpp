@@ -139,13 +139,13 @@ TEST(Tandemrun, GpusListGivesEachLocalRankItsDevice) {
 TEST(Tandemrun, LocalRanksFilterKeepsOtherRanksOffTheConsole) {
   TempDir dir;
   const auto r = run_process({tandemrun_path(), "--nproc-per-node", "3", "--local-ranks-filter",
-                              "0,2", "--log-dir", dir.path(), "--run-id", "filter", "/bin/sh", "-c",
+                              "0,2", "--log-dir", dir.str(), "--run-id", "filter", "/bin/sh", "-c",
                               "echo hello $RANK"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto lines = by_rank(r.out);
   EXPECT_EQ(lines.size(), 2u) << r.out;
   EXPECT_EQ(lines.count(1), 0u) << r.out;
-  std::ifstream f(dir.path() + "/filter/rank_1.log");
+  std::ifstream f(dir.file("filter/rank_1.log"));
   std::string content((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   EXPECT_EQ(content, "hello 1\n") << "the log file still gets rank 1's output";
 }
@@ -203,14 +203,14 @@ TEST(Tandemrun, AutoMeansOneWorkerPerCpu) {
 
 TEST(Tandemrun, LogDirGetsOneFilePerRank) {
   TempDir dir;
-  const auto r = run_process({tandemrun_path(), "--nproc-per-node", "2", "--log-dir", dir.path(),
+  const auto r = run_process({tandemrun_path(), "--nproc-per-node", "2", "--log-dir", dir.str(),
                               "--run-id", "logs1", "--redirects", "1", "/bin/sh", "-c",
                               "echo out $RANK; echo err $RANK >&2"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "") << "--redirects 1: stdout goes to the files only";
   for (int rank = 0; rank < 2; ++rank) {
     EXPECT_NE(r.err.find(fmt::format("[rank {}]: err {}\n", rank, rank)), std::string::npos);
-    std::ifstream f(fmt::format("{}/logs1/rank_{}.log", dir.path(), rank));
+    std::ifstream f(fmt::format("{}/logs1/rank_{}.log", dir.str(), rank));
     ASSERT_TRUE(f.good()) << "missing log file for rank " << rank;
     std::string content((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     EXPECT_NE(content.find(fmt::format("out {}\n", rank)), std::string::npos) << content;

@@ -168,7 +168,7 @@ TEST(TandemrunFailure, RestartsEveryWorkerWhileRestartsRemain) {
   TempDir dir;
   const auto r =
       run_process({tandemrun_path(), "--nproc-per-node", "2", "--max-restarts", "2", "--log-dir",
-                   dir.path(), "--run-id", "restart1", "/bin/sh", "-c",
+                   dir.str(), "--run-id", "restart1", "/bin/sh", "-c",
                    "echo run $TANDEM_RESTART_COUNT $TORCHELASTIC_RESTART_COUNT; "
                    "if [ $RANK = 1 ] && [ $TANDEM_RESTART_COUNT -lt 2 ]; then exit 5; fi"});
   ASSERT_FALSE(r.timed_out);
@@ -181,7 +181,7 @@ TEST(TandemrunFailure, RestartsEveryWorkerWhileRestartsRemain) {
   for (int run : {0, 1, 2})
     EXPECT_NE(r.out.find(fmt::format("[rank 1]: run {0} {0}\n", run)), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("[rank 0]: run 2 2\n"), std::string::npos) << r.out;
-  std::ifstream f(dir.path() + "/restart1/rank_1.log");
+  std::ifstream f(dir.file("restart1/rank_1.log"));
   const std::string log((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   EXPECT_EQ(log, "run 0 0\n--- restart 1 ---\nrun 1 1\n--- restart 2 ---\nrun 2 2\n");
 }
@@ -266,10 +266,10 @@ TEST(TandemrunUsage, MissingOrNonExecutableProgramFailsBeforeStarting) {
             "tandemrun: cannot run 'no-such-program-tandem-test': not found in PATH\n");
   EXPECT_EQ(missing.out, "");
   TempDir dir;
-  const auto plain = run_process({tandemrun_path(), "--nproc-per-node", "2", dir.path()});
+  const auto plain = run_process({tandemrun_path(), "--nproc-per-node", "2", dir.str()});
   EXPECT_EQ(plain.exit_code, 126);
   EXPECT_NE(plain.err.find("is a directory"), std::string::npos) << plain.err;
-  const std::string text_file = dir.path() + "/data.txt";
+  const std::string text_file = dir.file("data.txt");
   std::ofstream(text_file) << "not a program\n";
   ::chmod(text_file.c_str(), 0644);
   const auto noexec = run_process({tandemrun_path(), "--nproc-per-node", "2", text_file});

@@ -405,7 +405,7 @@ TEST_F(TandemrunMultiNode, TorchDistributedScriptRunsUnchangedOnTwoNodes) {
                  << "); install Debian's python3-torch to run this test";
   }
   TempDir dir;
-  const std::string script = dir.path() + "/allreduce.py";
+  const std::string script = dir.file("allreduce.py");
   std::ofstream(script) << torch_allreduce_script();
   // Both "hosts" share a host name here, so Gloo is told its interface, as users do.
   const std::vector<std::string> env{"GLOO_SOCKET_IFNAME=" + NetnsPair::ifname()};

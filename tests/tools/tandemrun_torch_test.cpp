@@ -19,7 +19,7 @@ TEST(TandemrunTorch, TorchDistributedGlooScriptRunsUnchanged) {
                  << "); install Debian's python3-torch to run this test";
   }
   TempDir dir;
-  const std::string script = dir.path() + "/allreduce.py";
+  const std::string script = dir.file("allreduce.py");
   std::ofstream(script) << torch_allreduce_script();
   const auto r = run_process({tandemrun_path(), "--nproc-per-node", "2", python, script}, {},
                              std::chrono::seconds(180));

@@ -9,17 +9,6 @@
 
 namespace tandem::data::test {
 
-TempDir::TempDir() {
-  std::string tmpl = (std::filesystem::path(::testing::TempDir()) / "tandem-data-XXXXXX").string();
-  if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed: " + tmpl);
-  path_ = tmpl;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
-
 std::vector<std::uint8_t> idx_bytes(std::uint8_t type, const std::vector<std::uint32_t>& dims,
                                     const std::vector<std::uint8_t>& payload) {
   std::vector<std::uint8_t> out{0, 0, type, static_cast<std::uint8_t>(dims.size())};

@@ -2,6 +2,8 @@
 // Helpers of the data tests: a temporary directory and small IDX files written plain or
 // gzip-compressed.
 
+#include "support/temp_dir.hpp"
+
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -9,19 +11,7 @@
 
 namespace tandem::data::test {
 
-/// A fresh directory under the test temp dir, removed with its content on destruction.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
-};
+using tandem::testing::TempDir;
 
 /// The bytes of an IDX file: magic 00 00 <type> <ndim>, big-endian dims, then `payload`.
 std::vector<std::uint8_t> idx_bytes(std::uint8_t type, const std::vector<std::uint32_t>& dims,

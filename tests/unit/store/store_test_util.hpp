@@ -1,6 +1,8 @@
 #pragma once
 // Shared pieces of the store tests.
 
+#include "support/temp_dir.hpp"
+
 #include <tandem/error.hpp>
 #include <tandem/store.hpp>
 
@@ -21,25 +23,7 @@
 
 namespace tandem::store::test {
 
-/// A fresh directory under $TMPDIR, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "tandem-store-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using tandem::testing::TempDir;
 
 /// Waits for a condition another thread or process makes true, up to a generous bound.
 inline bool eventually(const std::function<bool()>& pred,
