@@ -9,7 +9,7 @@ packages=(
   libcli11-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev
   libhwloc-dev libhwy-dev zlib1g-dev
   iproute2 procps clang-format
-  python3-torch
+  python3-torch libtorch-dev dataset-fashion-mnist
 )
 [ "${1:-}" = "--list" ] && { printf '%s\n' "${packages[@]}"; exit 0; }
 
