@@ -1,0 +1,336 @@
+// The training loop: data, DDP, optimizer, lr schedule, gradient accumulation, mixed
+// precision, checkpoints and resume, evaluation, progress and metrics.
+#include "metrics.hpp"
+#include "model.hpp"
+#include "progress.hpp"
+#include "report.hpp"
+#include "trainer.hpp"
+
+#include <tandem/error.hpp>
+#include <tandem/torch.hpp>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <optional>
+
+namespace fashion_mnist {
+namespace {
+
+using tandem::ErrorCode;
+using Clock = std::chrono::steady_clock;
+
+tandem::data::ImageDataset load_split(const Config& config, tandem::data::Split split,
+                                      std::uint64_t limit) {
+  auto ds = tandem::data::load_fashion_mnist(config.data.dir, split);
+  if (limit != 0 && limit < ds.size) {
+    ds.size = limit;
+    ds.images.resize(limit * ds.image_pixels());
+    ds.labels.resize(limit);
+  }
+  return ds;
+}
+
+// Sums over this rank's part of an epoch: loss (sum over images), correct answers, images.
+using EpochSums = std::array<double, 3>;
+
+// What a checkpoint records besides TrainingState, checked on resume.
+nlohmann::json run_record(const Config& config, const Setup& setup, std::uint64_t train_images,
+                          const EpochSums& global_sums) {
+  return {{"world_size", setup.world_size},
+          {"per_rank_batch", setup.per_rank_batch},
+          {"accumulation_steps", setup.accumulation_steps},
+          {"train_images", train_images},
+          {"epoch_sums", global_sums},
+          {"config", to_yaml(config)}};
+}
+
+void check_resumable(const nlohmann::json& record, const Setup& setup, std::uint64_t train_images,
+                     const std::string& dir) {
+  const auto same = [&](const char* key, std::uint64_t now) {
+    const auto then = record.value(key, std::uint64_t{0});
+    if (then != now) {
+      TANDEM_THROW(ErrorCode::InvalidArgument,
+                   "the latest checkpoint in {} was written with {}={}, this run has {}: resume "
+                   "with the same world size, batch and data (or set checkpoint.resume=false, or "
+                   "another checkpoint.dir)",
+                   dir, key, then, now);
+    }
+  };
+  same("world_size", static_cast<std::uint64_t>(setup.world_size));
+  same("per_rank_batch", setup.per_rank_batch);
+  same("accumulation_steps", setup.accumulation_steps);
+  same("train_images", train_images);
+}
+
+std::string describe_buckets(const tandem::ddp::ReducerStats& stats) {
+  std::string sizes;
+  for (const auto& b : stats.buckets) {
+    sizes += fmt::format("{}{:.2f}", sizes.empty() ? "" : " + ",
+                         static_cast<double>(b.bytes) / (1 << 20));
+  }
+  return fmt::format("{} bucket{} ({} MiB)", stats.buckets.size(),
+                     stats.buckets.size() == 1 ? "" : "s", sizes);
+}
+
+void set_lr(torch::optim::Optimizer& opt, double lr) {
+  for (auto& group : opt.param_groups()) {
+    static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
+  }
+}
+
+}  // namespace
+
+void train(const Config& config, const Setup& setup,
+           const std::shared_ptr<tandem::Communicator>& comm) {
+  const auto& t = config.training;
+  const bool lead = comm->rank() == 0;
+  torch::set_num_threads(1);  // ranks are processes: one core each
+  torch::manual_seed(t.seed);
+
+  const auto train_set = load_split(config, tandem::data::Split::train, config.data.limit_train);
+  const auto test_set = load_split(config, tandem::data::Split::test, config.data.limit_test);
+  tandem::data::DistributedSampler sampler(train_set.size, setup.world_size, comm->rank(),
+                                           {.shuffle = true, .seed = t.seed, .drop_last = false});
+  const std::uint64_t step_images = setup.per_rank_batch * setup.accumulation_steps;
+  const std::uint64_t steps_per_epoch = sampler.num_samples() / step_images;
+  if (steps_per_epoch == 0) {
+    TANDEM_THROW(ErrorCode::InvalidArgument,
+                 "each rank gets {} training images per epoch, fewer than one optimizer step "
+                 "takes ({} per rank x {} accumulation steps): raise data.limit_train or lower "
+                 "the batch",
+                 sampler.num_samples(), setup.per_rank_batch, setup.accumulation_steps);
+  }
+  const std::uint64_t total_steps = t.epochs * steps_per_epoch;
+  const std::uint64_t last_step =
+      t.max_steps != 0 ? std::min(t.max_steps, total_steps) : total_steps;
+  const LrSchedule schedule{setup.lr, t.warmup_steps, total_steps, t.lr_decay};
+
+  Net net;
+  torch::optim::SGD optimizer(
+      net->parameters(),
+      torch::optim::SGDOptions(schedule.at(0)).momentum(t.momentum).weight_decay(t.weight_decay));
+  tandem::torch::GradScaler scaler(comm, {.enabled = t.grad_scaler});
+
+  // Resume before DDP exists: every rank loads the same checkpoint, and DDP's broadcast
+  // from rank 0 then changes nothing.
+  std::optional<tandem::torch::Checkpointer> checkpointer;
+  std::uint64_t step = 0;
+  std::uint64_t epoch = 0;
+  EpochSums sums{0, 0, 0};
+  std::optional<std::uint64_t> resumed_at;
+  if (!config.checkpoint.dir.empty()) {
+    checkpointer.emplace(
+        comm, config.checkpoint.dir,
+        tandem::torch::CheckpointOptions{.keep_last = config.checkpoint.keep_last});
+    if (config.checkpoint.resume) {
+      if (auto state = checkpointer->load_latest(*net, optimizer)) {
+        const auto record = nlohmann::json::parse(state->extra_json);
+        check_resumable(record, setup, train_set.size, config.checkpoint.dir);
+        step = state->step;
+        epoch = state->epoch;
+        sampler.load_state(state->sampler);
+        if (state->scaler) scaler.load_state(*state->scaler);
+        // The epoch's sums were saved summed over the ranks: rank 0 carries them on.
+        if (lead) sums = record.at("epoch_sums").get<EpochSums>();
+        resumed_at = step;
+      }
+    }
+  }
+
+  std::unique_ptr<tandem::torch::DistributedDataParallel> ddp;
+  RunFacts facts{.train_images = train_set.size,
+                 .test_images = test_set.size,
+                 .steps_per_epoch = steps_per_epoch,
+                 .total_steps = total_steps,
+                 .parameters = 0,
+                 .buckets = "off",
+                 .transport = setup.world_size > 1
+                                  ? std::string(comm->transport_to(1 - std::min(comm->rank(), 1)))
+                                  : "-"};
+  for (const auto& p : net->parameters()) facts.parameters += static_cast<std::uint64_t>(p.numel());
+  if (config.ddp.enabled) {
+    tandem::torch::DdpOptions options;
+    options.reducer.first_bucket_bytes =
+        static_cast<std::size_t>(config.ddp.first_bucket_mb * (1 << 20));
+    options.reducer.bucket_cap_bytes =
+        static_cast<std::size_t>(config.ddp.bucket_cap_mb * (1 << 20));
+    options.reducer.gradient_as_bucket_view = config.ddp.gradient_as_bucket_view;
+    options.reducer.find_unused_parameters = config.ddp.find_unused_parameters;
+    options.broadcast_buffers = config.ddp.broadcast_buffers;
+    options.comm_hook = config.ddp.comm_hook;
+    ddp = std::make_unique<tandem::torch::DistributedDataParallel>(net, comm, options);
+    facts.buckets = describe_buckets(ddp->stats());
+  }
+
+  std::optional<Progress> progress;
+  std::optional<MetricsWriter> metrics;
+  if (lead) {
+    std::fputs(describe_setup(config, setup, facts).c_str(), stdout);
+    if (resumed_at) {
+      std::printf("resumed from %s at step %llu (epoch %llu)\n", config.checkpoint.dir.c_str(),
+                  static_cast<unsigned long long>(step),
+                  static_cast<unsigned long long>(epoch + 1));
+    }
+    std::fflush(stdout);
+    progress.emplace(config.log.progress, config.log.every_steps);
+    if (!config.log.metrics.empty()) metrics.emplace(config.log.metrics, resumed_at);
+  }
+
+  const auto save = [&](std::uint64_t at_epoch, const tandem::data::SamplerState& sampler_state) {
+    if (!checkpointer) return;
+    EpochSums global = sums;
+    tandem::torch::all_sum(*comm, global);
+    tandem::torch::TrainingState state{
+        .step = step,
+        .epoch = at_epoch,
+        .sampler = sampler_state,
+        .scaler = scaler.state(),
+        .extra_json = run_record(config, setup, train_set.size, global).dump()};
+    checkpointer->save(*net, optimizer, state);
+  };
+
+  StepTimer timer(20);
+  double ema_step_s = 0;
+  double lr = schedule.at(step);
+  Evaluation last_eval;  // of the current weights when evaluated is true
+  bool evaluated = false;
+  std::uint64_t saved_at = resumed_at.value_or(~std::uint64_t{0});
+  const auto micro_options = torch::nn::functional::CrossEntropyFuncOptions();
+
+  for (; epoch < t.epochs && step < last_step; ++epoch) {
+    sampler.set_epoch(epoch);  // keeps a resumed position within the same epoch
+    tandem::torch::ImageLoader loader(train_set, sampler, setup.per_rank_batch, true);
+    for (std::uint64_t s = sampler.position() / step_images; s < steps_per_epoch; ++s) {
+      if (step >= last_step) break;
+      const auto start = Clock::now();
+      lr = schedule.at(step);
+      set_lr(optimizer, lr);
+      optimizer.zero_grad();
+      double step_loss = 0;
+      for (std::uint64_t micro = 0; micro < setup.accumulation_steps; ++micro) {
+        auto batch = loader.next();
+        TANDEM_CHECK(batch.has_value(), "the loader ended before step {} of epoch {}", s, epoch);
+        // Only the last pass of an optimizer step averages gradients across ranks.
+        std::optional<tandem::ddp::NoSyncGuard> no_sync;
+        if (ddp && micro + 1 < setup.accumulation_steps) no_sync.emplace(ddp->no_sync());
+        if (ddp) ddp->pre_forward();
+        torch::Tensor logits;
+        {
+          AutocastScope autocast(t.precision);
+          logits = net->forward(batch->images);
+        }
+        if (ddp) ddp->post_forward({logits});
+        logits = logits.to(torch::kFloat);
+        const auto loss =
+            torch::nn::functional::cross_entropy(logits, batch->labels, micro_options);
+        scaler.scale(loss / static_cast<double>(setup.accumulation_steps)).backward();
+        const double n = static_cast<double>(batch->labels.size(0));
+        const double l = loss.item<double>();
+        step_loss += l / static_cast<double>(setup.accumulation_steps);
+        sums[0] += l * n;
+        sums[1] += logits.detach().argmax(1).eq(batch->labels).sum().item<double>();
+        sums[2] += n;
+      }
+      scaler.step(optimizer);
+      scaler.update();
+      sampler.advance(step_images);
+      ++step;
+      evaluated = false;
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      timer.add(seconds);
+      ema_step_s = ema_step_s == 0 ? seconds : 0.9 * ema_step_s + 0.1 * seconds;
+      if (progress) {
+        progress->update({.epoch = epoch + 1,
+                          .epochs = t.epochs,
+                          .step_in_epoch = s + 1,
+                          .steps_in_epoch = steps_per_epoch,
+                          .step = step,
+                          .total_steps = last_step,
+                          .loss = step_loss,
+                          .lr = lr,
+                          .images_per_s = static_cast<double>(setup.step_batch) / ema_step_s,
+                          .eta_s = static_cast<double>(last_step - step) * ema_step_s});
+      }
+      if (config.checkpoint.every_steps != 0 && step % config.checkpoint.every_steps == 0) {
+        save(epoch, sampler.state());
+        saved_at = step;
+      }
+    }
+    if (sampler.position() / step_images < steps_per_epoch) break;  // stopped at max_steps
+
+    // End of an epoch: the training sums of every rank, then the test set.
+    EpochSums global = sums;
+    tandem::torch::all_sum(*comm, global);
+    sums = {0, 0, 0};
+    last_eval = evaluate(net, test_set, *comm, t.eval_batch_size, t.precision);
+    evaluated = true;
+    const double ms = tandem::torch::all_average(*comm, timer.mean_ms());
+    if (lead) {
+      progress->break_line();
+      const MetricsRow row{
+          .kind = "epoch",
+          .epoch = epoch + 1,
+          .step = step,
+          .train_loss = global[2] > 0 ? global[0] / global[2] : 0,
+          .train_accuracy = global[2] > 0 ? 100.0 * global[1] / global[2] : 0,
+          .test_loss = last_eval.loss,
+          .test_accuracy = last_eval.accuracy,
+          .ms_per_step = ms,
+          .images_per_s = ms > 0 ? 1e3 * static_cast<double>(setup.step_batch) / ms : 0,
+          .lr = lr};
+      std::printf(
+          "epoch %llu/%llu: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% (%llu/%llu) "
+          "| %.2f ms/step %.0f img/s | lr %.5f\n",
+          static_cast<unsigned long long>(row.epoch), static_cast<unsigned long long>(t.epochs),
+          row.train_loss, row.train_accuracy, row.test_loss, row.test_accuracy,
+          static_cast<unsigned long long>(last_eval.correct),
+          static_cast<unsigned long long>(last_eval.total), row.ms_per_step, row.images_per_s,
+          row.lr);
+      std::fflush(stdout);
+      if (metrics) metrics->write(row);
+    }
+    if (config.checkpoint.every_steps == 0) {
+      save(epoch + 1, {epoch + 1, 0, t.seed});
+      saved_at = step;
+    }
+  }
+
+  // The end: a checkpoint of the last step, the final evaluation, the result line.
+  if (checkpointer && saved_at != step) save(epoch, sampler.state());
+  if (!evaluated) last_eval = evaluate(net, test_set, *comm, t.eval_batch_size, t.precision);
+  const double ms = tandem::torch::all_average(*comm, timer.mean_ms());
+  const auto [param_sum, param_sq] = parameter_digest(*net);
+  if (!lead) return;
+  progress->break_line();
+  const RunResult result{
+      .world_size = setup.world_size,
+      .epochs = (step + steps_per_epoch - 1) / steps_per_epoch,
+      .steps = step,
+      .global_batch = setup.step_batch,
+      .test_accuracy = last_eval.accuracy,
+      .ms_per_step = ms,
+      .images_per_s = ms > 0 ? 1e3 * static_cast<double>(setup.step_batch) / ms : 0};
+  if (metrics) {
+    metrics->write({.kind = "final",
+                    .epoch = result.epochs,
+                    .step = step,
+                    .test_loss = last_eval.loss,
+                    .test_accuracy = last_eval.accuracy,
+                    .ms_per_step = ms,
+                    .images_per_s = result.images_per_s,
+                    .lr = lr});
+  }
+  std::printf(
+      "final: test accuracy %.2f%% (%llu/%llu), test loss %.6f, parameters sum %.9g "
+      "sumsq %.9g\n",
+      last_eval.accuracy, static_cast<unsigned long long>(last_eval.correct),
+      static_cast<unsigned long long>(last_eval.total), last_eval.loss, param_sum, param_sq);
+  std::printf("%s\n", format_result_line(result).c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace fashion_mnist

@@ -1,0 +1,205 @@
+// build/bin/fashion_mnist end to end, on a small part of Fashion-MNIST: two ranks under
+// tandemrun finish and print the result line; one rank and two ranks with the same global
+// batch train the same model (DDP equivalence); a run stopped and resumed from its checkpoint
+// equals a straight run; errors in the command line are clear.
+#include "tools/subprocess.hpp"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace tandem::testing {
+namespace {
+
+const std::string kBinary = TANDEM_BINARY_DIR "/bin/fashion_mnist";
+const std::string kDataDir = "/usr/share/datasets/fashion-mnist";
+
+struct ExampleRun {
+  ProcessResult process;
+  std::string result_line;  // the last line of rank 0, without tandemrun's prefix
+  // From the "final:" line.
+  double accuracy = -1, test_loss = -1, param_sum = 0, param_sq = 0;
+  std::string digest;  // the final line's numbers as printed
+};
+
+// Small, fast settings every run shares: 1024 training and 512 test images.
+std::vector<std::string> small_args(std::vector<std::string> extra) {
+  std::vector<std::string> args = {"-o", "data.limit_train=1024", "-o", "data.limit_test=512",
+                                   "-o", "log.progress=lines",    "-o", "training.warmup_steps=4",
+                                   "-o", "training.epochs=1"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+ExampleRun run_example(int ranks, const std::vector<std::string>& args) {
+  std::vector<std::string> argv;
+  if (ranks > 0) argv = {tandemrun_path(), "--nproc-per-node", std::to_string(ranks)};
+  argv.push_back(kBinary);
+  argv.insert(argv.end(), args.begin(), args.end());
+  ExampleRun r;
+  r.process = run_process(argv, {}, std::chrono::seconds(120));
+  const std::string prefix = ranks > 0 ? "[rank 0]: " : "";
+  std::string last;
+  static const std::regex final_re(
+      R"(final: test accuracy ([0-9.]+)% \(\d+/\d+\), test loss ([0-9.]+), parameters sum )"
+      R"((\S+) sumsq (\S+))");
+  for (const auto& line : split_lines(r.process.out)) {
+    if (!line.starts_with(prefix)) continue;
+    last = line.substr(prefix.size());
+    std::smatch m;
+    if (std::regex_match(last, m, final_re)) {
+      r.accuracy = std::stod(m[1]);
+      r.test_loss = std::stod(m[2]);
+      r.param_sum = std::stod(m[3]);
+      r.param_sq = std::stod(m[4]);
+      r.digest = fmt::format("{} {} {}", m[2].str(), m[3].str(), m[4].str());
+    }
+  }
+  r.result_line = last;
+  return r;
+}
+
+std::string describe(const ExampleRun& r) {
+  return fmt::format("exit {} signal {}{}\n--- stdout\n{}\n--- stderr\n{}", r.process.exit_code,
+                     r.process.signal, r.process.timed_out ? " (timed out)" : "", r.process.out,
+                     r.process.err);
+}
+
+bool have_data() {
+  return std::filesystem::exists(kDataDir + "/train-images-idx3-ubyte.gz");
+}
+
+#define REQUIRE_DATA()                                             \
+  if (!have_data())                                                \
+  GTEST_SKIP() << "Fashion-MNIST is not installed in " << kDataDir \
+               << " (apt-get install dataset-fashion-mnist)"
+
+TEST(ExampleEndToEnd, TwoRanksFinishAndPrintTheResultLineLast) {
+  REQUIRE_DATA();
+  TempDir dir;
+  const std::string metrics = dir.file("metrics.csv");
+  const ExampleRun r =
+      run_example(2, small_args({"-o", "training.batch_size=64", "--metrics", metrics}));
+  ASSERT_EQ(r.process.exit_code, 0) << describe(r);
+  static const std::regex result_re(
+      R"(result: world_size=2 epochs=1 steps=16 global_batch=64 test_accuracy=\d+\.\d\d )"
+      R"(ms_per_step=\d+\.\d\d images_per_s=\d+\.\d)");
+  EXPECT_TRUE(std::regex_match(r.result_line, result_re)) << describe(r);
+  // Rank 0 alone reports: the setup once, an evaluation of 512 images summed over both ranks.
+  EXPECT_NE(r.process.out.find("[rank 0]: fashion_mnist: 2 ranks"), std::string::npos);
+  EXPECT_NE(r.process.out.find("32 per rank x 2 ranks = 64 global"), std::string::npos);
+  EXPECT_NE(r.process.out.find("/512) | "), std::string::npos) << describe(r);
+  EXPECT_EQ(r.process.out.find("[rank 1]: "), std::string::npos) << describe(r);
+  // A model that learned something: 10 classes, chance is 10 %.
+  EXPECT_GT(r.accuracy, 40.0) << describe(r);
+  const auto rows = split_lines(run_process({"/bin/cat", metrics}).out);
+  ASSERT_EQ(rows.size(), 3u) << "header, epoch 1, final";
+  EXPECT_TRUE(rows[1].starts_with("epoch,1,16,")) << rows[1];
+  EXPECT_TRUE(rows[2].starts_with("final,1,16,")) << rows[2];
+}
+
+// Same samples in every optimizer step, gradients summed in another order: equal up to
+// rounding (about 1e-7 here).
+void expect_same_model(const ExampleRun& a, const ExampleRun& b) {
+  ASSERT_GT(a.test_loss, 0) << describe(a);
+  ASSERT_GT(b.test_loss, 0) << describe(b);
+  EXPECT_NEAR(b.test_loss, a.test_loss, 1e-4 * a.test_loss) << describe(b);
+  EXPECT_NEAR(b.accuracy, a.accuracy, 0.5) << describe(b);
+  EXPECT_NEAR(b.param_sum, a.param_sum, 1e-5 * (std::abs(a.param_sum) + a.param_sq)) << describe(b);
+  EXPECT_NEAR(b.param_sq, a.param_sq, 1e-5 * a.param_sq) << describe(b);
+}
+
+TEST(ExampleEndToEnd, OneRankAndTwoRanksWithTheSameGlobalBatchTrainTheSameModel) {
+  REQUIRE_DATA();
+  const ExampleRun one = run_example(0, small_args({"-o", "training.batch_size=64"}));
+  ASSERT_EQ(one.process.exit_code, 0) << describe(one);  // no launcher: world size 1
+  EXPECT_NE(one.result_line.find("result: world_size=1 epochs=1 steps=16 global_batch=64"),
+            std::string::npos)
+      << describe(one);
+  // Two ranks of 32.
+  const ExampleRun two = run_example(2, small_args({"-o", "training.batch_size=64"}));
+  ASSERT_EQ(two.process.exit_code, 0) << describe(two);
+  EXPECT_NE(two.result_line.find("world_size=2 epochs=1 steps=16 global_batch=64"),
+            std::string::npos)
+      << describe(two);
+  expect_same_model(one, two);
+  // Two ranks of 16, each passing twice (no_sync) before the optimizer step.
+  const ExampleRun accumulated = run_example(
+      2, small_args({"-o", "training.batch_size=32", "-o", "training.accumulation_steps=2"}));
+  ASSERT_EQ(accumulated.process.exit_code, 0) << describe(accumulated);
+  EXPECT_NE(accumulated.result_line.find("world_size=2 epochs=1 steps=16 global_batch=64"),
+            std::string::npos)
+      << describe(accumulated);
+  expect_same_model(one, accumulated);
+}
+
+TEST(ExampleEndToEnd, StoppedAndResumedRunEqualsAStraightRun) {
+  REQUIRE_DATA();
+  TempDir dir;
+  // 16 steps per epoch; 2 epochs. The first run stops at step 12 (mid-epoch), the second
+  // resumes there and crosses the epoch boundary to step 24.
+  const auto with = [&](std::vector<std::string> extra) {
+    auto a = small_args({"-o", "training.batch_size=64", "-o", "training.epochs=2", "-o",
+                         "checkpoint.every_steps=5"});
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  const ExampleRun straight = run_example(
+      2, with({"-o", "training.max_steps=24", "-o", "checkpoint.dir=" + dir.file("a")}));
+  ASSERT_EQ(straight.process.exit_code, 0) << describe(straight);
+  const std::string ckpt = "checkpoint.dir=" + dir.file("b");
+  const ExampleRun first = run_example(2, with({"-o", "training.max_steps=12", "-o", ckpt}));
+  ASSERT_EQ(first.process.exit_code, 0) << describe(first);
+  EXPECT_NE(first.result_line.find("steps=12 "), std::string::npos) << describe(first);
+  const ExampleRun second = run_example(2, with({"-o", "training.max_steps=24", "-o", ckpt}));
+  ASSERT_EQ(second.process.exit_code, 0) << describe(second);
+  EXPECT_NE(second.process.out.find("resumed from"), std::string::npos) << describe(second);
+  EXPECT_NE(second.result_line.find("epochs=2 steps=24 "), std::string::npos) << describe(second);
+  ASSERT_FALSE(straight.digest.empty()) << describe(straight);
+  EXPECT_EQ(second.digest, straight.digest) << "resumed:\n"
+                                            << describe(second) << "\nstraight:\n"
+                                            << describe(straight);
+  EXPECT_NE(first.digest, straight.digest);
+}
+
+TEST(ExampleEndToEnd, MissingDataDirectoryIsAClearError) {
+  const ExampleRun r = run_example(2, {"--data", "/nonexistent/fmnist"});
+  EXPECT_EQ(r.process.exit_code, 2) << describe(r);
+  EXPECT_NE(r.process.err.find("/nonexistent/fmnist (set at --data) does not exist"),
+            std::string::npos)
+      << describe(r);
+  EXPECT_NE(r.process.err.find("dataset-fashion-mnist"), std::string::npos);
+  // Every rank says it (a launcher may stop the others as soon as one has exited).
+  EXPECT_NE(r.process.err.find("]: fashion_mnist: error: data.dir"), std::string::npos)
+      << describe(r);
+}
+
+TEST(ExampleEndToEnd, BadOptionsAreClearErrors) {
+  ExampleRun r = run_example(0, {"-o", "training.epoch=3"});
+  EXPECT_EQ(r.process.exit_code, 2) << describe(r);
+  EXPECT_NE(r.process.err.find("unknown key 'training.epoch'"), std::string::npos) << describe(r);
+  EXPECT_NE(r.process.err.find("did you mean training.epochs?"), std::string::npos);
+
+  r = run_example(0, {"--config", "/nonexistent/c.yaml"});
+  EXPECT_EQ(r.process.exit_code, 2) << describe(r);
+  EXPECT_NE(r.process.err.find("cannot read the configuration file /nonexistent/c.yaml"),
+            std::string::npos)
+      << describe(r);
+
+  // The global batch must split across the ranks (checked before any data is read).
+  r = run_example(2, {"-o", "training.batch_size=65", "--data", "/"});
+  EXPECT_NE(r.process.exit_code, 0);
+  EXPECT_NE(r.process.err.find("use a multiple of 2 (64 or 66)"), std::string::npos) << describe(r);
+
+  r = run_example(0, {"--print-config", "-o", "training.epochs=3"});
+  EXPECT_EQ(r.process.exit_code, 0) << describe(r);
+  EXPECT_NE(r.process.out.find("  epochs: 3\n"), std::string::npos) << describe(r);
+}
+
+}  // namespace
+}  // namespace tandem::testing
