@@ -94,6 +94,7 @@ static void measure(enum coll c, float* in, float* out, size_t per, size_t bytes
                     int iters, int warmup, int rank, int world, double factor, long* wrong_total,
                     double* bw_sum, int* bw_n) {
   double* times = malloc(sizeof(double) * (size_t)iters);
+  double* stamps = malloc(sizeof(double) * ((size_t)iters + 1));
   double* all = malloc(sizeof(double) * (size_t)iters * (size_t)world);
   double* slowest = malloc(sizeof(double) * (size_t)iters);
   double sum = 0, mean, p50, algbw, busbw;
@@ -101,11 +102,13 @@ static void measure(enum coll c, float* in, float* out, size_t per, size_t bytes
   int i, r;
   for (i = 0; i < warmup; ++i) run_once(c, in, out, per, in_place);
   MPI_Barrier(MPI_COMM_WORLD);
+  /* One clock read per iteration, as tandem-perf: each iteration ends where the next begins. */
+  stamps[0] = MPI_Wtime();
   for (i = 0; i < iters; ++i) {
-    const double t0 = MPI_Wtime();
     run_once(c, in, out, per, in_place);
-    times[i] = (MPI_Wtime() - t0) * 1e6;
+    stamps[i + 1] = MPI_Wtime();
   }
+  for (i = 0; i < iters; ++i) times[i] = (stamps[i + 1] - stamps[i]) * 1e6;
   MPI_Allgather(times, iters, MPI_DOUBLE, all, iters, MPI_DOUBLE, MPI_COMM_WORLD);
   for (i = 0; i < iters; ++i) {
     slowest[i] = 0;
@@ -125,6 +128,7 @@ static void measure(enum coll c, float* in, float* out, size_t per, size_t bytes
   ++*bw_n;
   if (rank == 0) printf("  %9.2f %9.2f %7.2f %7.2f %6ld", mean, p50, algbw, busbw, wrong);
   free(times);
+  free(stamps);
   free(all);
   free(slowest);
 }

@@ -64,7 +64,10 @@ class Algorithm {
   /// Short name, as TANDEM_ALGO spells it ("ring", "recursive_doubling", "tree", ...).
   virtual std::string_view name() const noexcept = 0;
   virtual CollectiveKind kind() const noexcept = 0;
-  /// False when this algorithm cannot run `call` on a group of `world` ranks.
+  /// False when this algorithm cannot run `call` on a group of `world` ranks. The answer may
+  /// depend only on the collective, the dtype, size_class(call), the world size and (for
+  /// allgatherv) counts.size(): communicators cache the selector's choice per (collective,
+  /// dtype, size class).
   virtual bool supports(const Call& call, int world) const noexcept = 0;
   /// Runs the call to completion (or throws). Must work for count 0 and for any world size
   /// it claims to support.
@@ -90,9 +93,20 @@ class Registry {
 
   void add(std::unique_ptr<Algorithm> a);
 
+  /// Every algorithm by a stable index (registration order), for compact caches.
+  std::size_t size() const noexcept { return all_.size(); }
+  const Algorithm& at(std::size_t index) const noexcept { return *all_[index]; }
+  /// The index of `a`, or size() when it is not registered here.
+  std::size_t index_of(const Algorithm& a) const noexcept;
+
  private:
   std::vector<std::unique_ptr<Algorithm>> all_;
 };
+
+/// The size class by which the selector chooses: std::bit_width of the call's message bytes
+/// (what one rank contributes or, for the gathering collectives, the whole result). Default
+/// crossovers lie on powers of two, so every call of a class gets the same choice.
+std::size_t size_class(const Call& call) noexcept;
 
 /// 32-bit fingerprint carried by every message of a call. For send/recv pass the user tag
 /// as `seq`: send and recv hash alike and `root` (the peer, which differs between the two

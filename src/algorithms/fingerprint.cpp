@@ -22,10 +22,12 @@ std::uint32_t fingerprint(CollectiveKind kind, DataType dtype, std::size_t count
   // the peer (which differs between the two sides) is left out.
   if (kind == CollectiveKind::recv) kind = CollectiveKind::send;
   if (kind == CollectiveKind::send) root = 0;
-  std::uint64_t h = mix(0x74616e64656dULL ^ static_cast<std::uint64_t>(kind));
-  h = mix(h ^ (static_cast<std::uint64_t>(dtype) << 8));
+  // Three rounds: the small fields share one word, the count and seq get one each.
+  const std::uint64_t small = static_cast<std::uint64_t>(kind) |
+                              static_cast<std::uint64_t>(dtype) << 8 |
+                              static_cast<std::uint64_t>(static_cast<std::uint32_t>(root)) << 32;
+  std::uint64_t h = mix(0x74616e64656dULL ^ small);
   h = mix(h ^ static_cast<std::uint64_t>(count));
-  h = mix(h ^ static_cast<std::uint64_t>(static_cast<std::uint32_t>(root)));
   h = mix(h ^ seq);
   return static_cast<std::uint32_t>(h ^ (h >> 32));
 }

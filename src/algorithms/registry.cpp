@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cctype>
 #include <optional>
 #include <span>
@@ -19,7 +20,8 @@ namespace {
 
 // Default crossovers between latency-bound and bandwidth-bound algorithms. They are the
 // usual textbook crossovers, not measurements of tandem's transports: they will be replaced
-// by values measured with tandem-perf (per transport and world size).
+// by values measured with tandem-perf (per transport and world size). Each is a power of two:
+// choices are cached per size class (size_class()), which must not straddle a crossover.
 constexpr std::size_t kAllreduceSmallBytes = 16u << 10;      // below: recursive_doubling
 constexpr std::size_t kBroadcastSmallBytes = 64u << 10;      // below: tree
 constexpr std::size_t kReduceSmallBytes = 64u << 10;         // below: tree
@@ -27,6 +29,11 @@ constexpr std::size_t kAllgatherSmallBytes = 64u << 10;      // result size; bel
 constexpr std::size_t kReduceScatterSmallBytes = 64u << 10;  // input size; below: recursive_halving
 constexpr std::size_t kGatherSmallBytes = 4u << 10;          // block size; below: binomial
 constexpr int kGatherBinomialMinWorld = 8;                   // fewer ranks: linear is as good
+static_assert(std::has_single_bit(kAllreduceSmallBytes) &&
+              std::has_single_bit(kBroadcastSmallBytes) && std::has_single_bit(kReduceSmallBytes) &&
+              std::has_single_bit(kAllgatherSmallBytes) &&
+              std::has_single_bit(kReduceScatterSmallBytes) &&
+              std::has_single_bit(kGatherSmallBytes));
 
 bool iequal(std::string_view a, std::string_view b) noexcept {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
@@ -128,6 +135,16 @@ void Registry::add(std::unique_ptr<Algorithm> a) {
   TANDEM_CHECK(find(a->kind(), a->name()) == nullptr, "algorithm '{}' registered twice for {}",
                a->name(), to_string(a->kind()));
   all_.push_back(std::move(a));
+}
+
+std::size_t Registry::index_of(const Algorithm& a) const noexcept {
+  for (std::size_t i = 0; i < all_.size(); ++i)
+    if (all_[i].get() == &a) return i;
+  return all_.size();
+}
+
+std::size_t size_class(const Call& call) noexcept {
+  return static_cast<std::size_t>(std::bit_width(detail::call_bytes(call)));
 }
 
 std::vector<const Algorithm*> Registry::of(CollectiveKind kind) const {

@@ -13,8 +13,8 @@ namespace {
 
 using Impl = Communicator::Impl;
 
-comm::Op make_op(const Impl& impl, CollectiveKind kind, BufferView in, BufferView out, ReduceOp op,
-                 int root, std::span<const std::size_t> counts, const CallOptions& o) {
+comm::Op make_op(const Impl& impl, CollectiveKind kind, const BufferView& in, const BufferView& out,
+                 ReduceOp op, int root, std::span<const std::size_t> counts, const CallOptions& o) {
   comm::Op x;
   auto& c = x.call;
   c.kind = kind;
@@ -40,19 +40,19 @@ comm::Op make_op(const Impl& impl, CollectiveKind kind, BufferView in, BufferVie
   return x;
 }
 
-void run(Impl& impl, CollectiveKind kind, BufferView in, BufferView out, ReduceOp op, int root,
-         std::span<const std::size_t> counts, const CallOptions& o) {
+void run(Impl& impl, CollectiveKind kind, const BufferView& in, const BufferView& out, ReduceOp op,
+         int root, std::span<const std::size_t> counts, const CallOptions& o) {
   comm::Op x = make_op(impl, kind, in, out, op, root, counts, o);
   impl.run_blocking(x, counts);
 }
 
-std::shared_ptr<Work> submit(Impl& impl, CollectiveKind kind, BufferView in, BufferView out,
-                             ReduceOp op, int root, std::span<const std::size_t> counts,
-                             const CallOptions& o) {
+std::shared_ptr<Work> submit(Impl& impl, CollectiveKind kind, const BufferView& in,
+                             const BufferView& out, ReduceOp op, int root,
+                             std::span<const std::size_t> counts, const CallOptions& o) {
   return impl.submit(make_op(impl, kind, in, out, op, root, counts, o), counts);
 }
 
-comm::Op make_p2p(const Impl& impl, CollectiveKind kind, BufferView buf, int peer,
+comm::Op make_p2p(const Impl& impl, CollectiveKind kind, const BufferView& buf, int peer,
                   std::uint32_t tag, const CallOptions& o) {
   comm::Op x = make_op(impl, kind, buf, buf, ReduceOp::sum, peer, {}, o);
   x.user_tag = tag;

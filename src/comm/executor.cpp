@@ -50,56 +50,60 @@ std::string describe(const Op& op) {
 
 }  // namespace comm
 
-void Communicator::Impl::assign_sequence(Op& op) {
+namespace {
+
+// Sets the call's sequence number and tag from the executor state it was taken from.
+void assign_sequence(Op& op, std::uint64_t state) {
   auto& c = op.call;
-  const DataType dtype = comm::shape_dtype(c);
-  const std::size_t count = comm::shape_count(c);
-  if (comm::is_p2p(c.kind)) {
-    // Point to point does not advance the collective sequence; sender and receiver derive
-    // the same tag from the user's tag and the message shape.
-    c.seq = next_seq;
-    c.tag = algorithms::fingerprint(c.kind, dtype, count, c.root, op.user_tag);
-    return;
-  }
-  c.seq = next_seq++;
-  c.tag = algorithms::fingerprint(c.kind, dtype, count, c.root, c.seq);
+  c.seq = state / Communicator::Impl::kSeqOne;
+  // Point to point does not advance the collective sequence; sender and receiver derive
+  // the same tag from the user's tag and the message shape.
+  c.tag = algorithms::fingerprint(c.kind, comm::shape_dtype(c), comm::shape_count(c), c.root,
+                                  comm::is_p2p(c.kind) ? op.user_tag : c.seq);
 }
 
+// How far `op` advances the executor state's sequence number.
+std::uint64_t sequence_step(const Op& op) noexcept {
+  return comm::is_p2p(op.call.kind) ? 0 : Communicator::Impl::kSeqOne;
+}
+
+}  // namespace
+
 void Communicator::Impl::run_blocking(Op& op, std::span<const std::size_t> counts) {
-  std::unique_lock lock(mutex);
-  if (queue.empty() && !busy) {
-    assign_sequence(op);
-    busy = true;
-    lock.unlock();
-    struct Release {
-      Impl* self;
-      ~Release() {
-        std::lock_guard guard(self->mutex);
-        self->busy = false;
-        if (!self->queue.empty()) self->worker_cv.notify_one();
-      }
-    } release{this};
-    execute(op, op.issued);  // just made: no second clock read on the latency path
-    return;
+  // Nothing queued or running: claim the mesh and the sequence number in one step and run
+  // on this thread, without a lock.
+  const std::uint64_t step = sequence_step(op);
+  std::uint64_t s = state.load(std::memory_order_relaxed);
+  while ((s & (kOwned | kQueued)) == 0) {
+    if (state.compare_exchange_weak(s, (s + step) | kOwned, std::memory_order_acquire,
+                                    std::memory_order_relaxed)) {
+      assign_sequence(op, s);
+      struct Release {
+        Impl* self;
+        ~Release() { self->release_mesh(); }
+      } release{this};
+      execute(op, op.issued);  // just made: no second clock read on the latency path
+      return;
+    }
   }
-  // Earlier operations are queued or running: take a place in the queue. Nothing that can
-  // fail comes after the sequence number is taken (a gap would desynchronise the ranks).
-  auto work = std::make_shared<OpWork>(op, counts, timeout);
-  start_worker();
-  assign_sequence(work->op);
+  // Earlier operations are queued or running: take a place in the queue.
+  std::shared_ptr<OpWork> work;
+  {
+    std::lock_guard guard(mutex);
+    work = enqueue(op, counts);
+  }
   op.call.seq = work->op.call.seq;
   op.call.tag = work->op.call.tag;
-  queue.push_back(work);
-  lock.unlock();
   worker_cv.notify_one();
   if (!work->finished_by(op.call.deadline)) {
     // The deadline passed. The operation's buffers live in the caller's frame, so it must
     // not start after this returns: take it out of the queue if it is still there. If it
     // started, it runs under this same deadline and ends promptly.
-    lock.lock();
+    std::unique_lock lock(mutex);
     const auto it = std::find(queue.begin(), queue.end(), work);
     if (it != queue.end()) {
       queue.erase(it);
+      if (queue.empty()) state.fetch_and(~kQueued, std::memory_order_relaxed);
       lock.unlock();
       const std::string message =
           fail(op, ErrorCode::Timeout,
@@ -117,15 +121,34 @@ void Communicator::Impl::run_blocking(Op& op, std::span<const std::size_t> count
 
 std::shared_ptr<Work> Communicator::Impl::submit(const Op& op,
                                                  std::span<const std::size_t> counts) {
-  auto work = std::make_shared<OpWork>(op, counts, timeout);
+  std::shared_ptr<OpWork> work;
   {
     std::lock_guard guard(mutex);
-    start_worker();
-    assign_sequence(work->op);
-    queue.push_back(work);
+    work = enqueue(op, counts);
   }
   worker_cv.notify_one();
   return work;
+}
+
+std::shared_ptr<OpWork> Communicator::Impl::enqueue(const Op& op,
+                                                    std::span<const std::size_t> counts) {
+  auto work = std::make_shared<OpWork>(op, counts, timeout);
+  start_worker();
+  queue.push_back(work);
+  // Nothing that can fail comes after the sequence number is taken (a gap would
+  // desynchronise the ranks). kQueued is set first: from then on no inline call can claim
+  // the mesh and a sequence number ahead of this one.
+  state.fetch_or(kQueued, std::memory_order_relaxed);
+  assign_sequence(work->op, state.fetch_add(sequence_step(op), std::memory_order_relaxed));
+  return work;
+}
+
+void Communicator::Impl::release_mesh() noexcept {
+  if ((state.fetch_and(~kOwned, std::memory_order_release) & kQueued) == 0) return;
+  // Operations were queued meanwhile and the worker waits for the mesh. Taking the mutex
+  // orders this with the worker's look at the state, so the notification is not lost.
+  { std::lock_guard guard(mutex); }
+  worker_cv.notify_one();
 }
 
 void Communicator::Impl::start_worker() {
@@ -233,6 +256,7 @@ void Communicator::Impl::shutdown() noexcept {
     std::lock_guard guard(mutex);
     stopping = true;
     dropped.swap(queue);
+    state.fetch_and(~kQueued, std::memory_order_relaxed);
     running = active > 0;
   }
   if (running) {

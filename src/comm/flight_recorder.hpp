@@ -2,8 +2,9 @@
 // The last operations of a communicator (kind, shape, algorithm, start, outcome), kept in a
 // fixed ring and written to the log when an operation fails, so the failure report shows
 // what ran just before it and when. Successful operations record no end time: a clock read
-// costs a fifth of a small allreduce over shared memory; failed ones do. Only the thread that runs
-// operations writes it, and operations run one at a time, handed over under the executor's mutex.
+// costs a tenth of a small allreduce over shared memory; failed ones do. Only the thread that
+// owns the mesh writes it: operations run one at a time, and the executor's state word hands
+// the mesh over (acquire on claiming it, release on giving it up), so no lock is needed.
 
 #include <tandem/communicator.hpp>
 #include <tandem/types.hpp>

@@ -93,13 +93,20 @@ struct Communicator::Impl {
   bool verify_calls = false;
 
   // ---- executor: every operation runs in call order, one thread owning the mesh ----
+  /// The executor's state in one word: kOwned (a thread owns the mesh: an inline call or the
+  /// worker), kQueued (the queue is not empty) and, above them, the next collective sequence
+  /// number. A blocking call claims the mesh and its sequence number with one
+  /// compare-exchange when neither bit is set, so the inline path takes no lock; the queue
+  /// itself is guarded by `mutex`, and kQueued changes only under it.
+  static constexpr std::uint64_t kOwned = 1;
+  static constexpr std::uint64_t kQueued = 2;
+  static constexpr std::uint64_t kSeqOne = 4;
+  std::atomic<std::uint64_t> state{0};
   std::mutex mutex;
   std::condition_variable worker_cv;
   std::deque<std::shared_ptr<comm::OpWork>> queue;
-  bool busy = false;       ///< a thread owns the mesh (an inline call, or the worker)
-  bool stopping = false;   ///< the destructor runs: the worker exits
-  std::size_t active = 0;  ///< operations taken by the worker and not yet completed
-  std::uint64_t next_seq = 0;
+  std::atomic<bool> stopping{false};  ///< the destructor runs: the worker exits
+  std::size_t active = 0;             ///< operations taken by the worker, not yet completed
   std::thread worker;
   /// Point-to-point operations the worker posted that are not complete (worker only).
   std::vector<std::shared_ptr<comm::OpWork>> in_flight;
@@ -114,8 +121,8 @@ struct Communicator::Impl {
   comm::FlightRecorder recorder;
 
   // executor.cpp
-  /// Assigns the sequence number and tag (under `mutex`), then runs the call inline or
-  /// behind the queued operations, and returns when it finished. Throws its Error.
+  /// Runs the call inline when nothing is queued or running, else behind the queued
+  /// operations, and returns when it finished. Throws its Error.
   void run_blocking(comm::Op& op, std::span<const std::size_t> counts);
   /// Queues the call for the worker thread and returns its Work.
   std::shared_ptr<Work> submit(const comm::Op& op, std::span<const std::size_t> counts);
@@ -133,9 +140,13 @@ struct Communicator::Impl {
   [[noreturn]] void throw_poisoned(const comm::Op& op) const;
   /// Fails queued work with Aborted, stops the worker, closes the mesh.
   void shutdown() noexcept;
-  void assign_sequence(comm::Op& op);
+  /// Appends the call to the queue behind everything queued or running, with its sequence
+  /// number and tag, and returns its Work. The caller holds `mutex`.
+  std::shared_ptr<comm::OpWork> enqueue(const comm::Op& op, std::span<const std::size_t> counts);
   /// Starts the worker thread unless it runs (caller holds `mutex`); Error(Io) on failure.
   void start_worker();
+  /// Gives the mesh up; wakes the worker when operations were queued meanwhile.
+  void release_mesh() noexcept;
 
   // worker.cpp
   void worker_loop();

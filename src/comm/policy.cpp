@@ -1,5 +1,7 @@
 #include "comm/policy.hpp"
 
+#include "comm/validate.hpp"
+
 #include <tandem/error.hpp>
 #include <tandem/log.hpp>
 
@@ -76,7 +78,9 @@ AlgoPolicy& AlgoPolicy::operator=(const AlgoPolicy& other) {
     source_ = other.source_;
     forced_ = other.forced_;
     for (auto& f : fallback_logged_) f.store(false, std::memory_order_relaxed);
-    for (auto& m : memo_) m.valid = false;
+    for (auto& c : choices_) c.store(0, std::memory_order_relaxed);
+    for (auto& n : named_) n.store(nullptr, std::memory_order_relaxed);
+    cached_world_.store(0, std::memory_order_relaxed);
   }
   return *this;
 }
@@ -85,7 +89,14 @@ const algorithms::Algorithm& AlgoPolicy::choose(const algorithms::Registry& reg,
                                                 const algorithms::Call& call, int world,
                                                 std::string_view per_call) const {
   if (!per_call.empty()) {
-    const auto* a = reg.find(call.kind, per_call);
+    // The last name asked for is remembered per collective (benchmarks name one per call).
+    const bool builtin = &reg == &algorithms::Registry::builtin();
+    std::atomic<const algorithms::Algorithm*>& last = named_[index_of(call.kind)];
+    const algorithms::Algorithm* a = builtin ? last.load(std::memory_order_relaxed) : nullptr;
+    if (a == nullptr || a->name() != per_call) {
+      a = reg.find(call.kind, per_call);
+      if (builtin && a != nullptr) last.store(a, std::memory_order_relaxed);
+    }
     if (a == nullptr)
       TANDEM_THROW(ErrorCode::InvalidArgument,
                    "{}: no algorithm named '{}' (CallOptions::algorithm; known: {})",
@@ -97,21 +108,22 @@ const algorithms::Algorithm& AlgoPolicy::choose(const algorithms::Registry& reg,
                    to_string(call.kind), per_call, to_string(call.in.dtype), call.in.count, world);
     return *a;
   }
-  const Shape shape{call.in.count, call.out.count, call.counts.size(), call.root,
-                    call.in.dtype, call.op,        call.in_place(),    world};
-  Memo& memo = memo_[index_of(call.kind)];
-  if (!memo.busy.test_and_set(std::memory_order_acquire)) {
-    const algorithms::Algorithm* hit = memo.valid && memo.shape == shape ? memo.algorithm : nullptr;
-    memo.busy.clear(std::memory_order_release);
-    if (hit != nullptr) return *hit;
-  }
+  const auto dtype = static_cast<std::size_t>(shape_dtype(call));
+  int cached_world = cached_world_.load(std::memory_order_relaxed);
+  if (cached_world == 0 &&
+      cached_world_.compare_exchange_strong(cached_world, world, std::memory_order_relaxed))
+    cached_world = world;
+  if (&reg != &algorithms::Registry::builtin() || dtype >= kDtypeCount || world != cached_world)
+    return choose_default(reg, call, world);
+  std::atomic<std::uint8_t>& entry =
+      choices_[(index_of(call.kind) * kDtypeCount + dtype) * kSizeClasses +
+               algorithms::size_class(call)];
+  if (const unsigned known = entry.load(std::memory_order_relaxed); known != 0)
+    return reg.at(known - 1);
   const algorithms::Algorithm& chosen = choose_default(reg, call, world);
-  if (!memo.busy.test_and_set(std::memory_order_acquire)) {
-    memo.valid = true;
-    memo.shape = shape;
-    memo.algorithm = &chosen;
-    memo.busy.clear(std::memory_order_release);
-  }
+  const std::size_t index = reg.index_of(chosen);
+  if (index < UINT8_MAX)
+    entry.store(static_cast<std::uint8_t>(index + 1), std::memory_order_relaxed);
   return chosen;
 }
 

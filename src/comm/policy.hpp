@@ -10,6 +10,8 @@
 #include <array>
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
+#include <iterator>
 #include <string>
 #include <string_view>
 
@@ -47,26 +49,19 @@ class AlgoPolicy {
   /// The fallback of a forced algorithm is logged once per collective.
   mutable std::array<std::atomic<bool>, kKindCount> fallback_logged_{};
 
-  // The last choice per collective: training loops repeat the same call shapes, and asking
-  // every algorithm again costs about as much as a small message over shared memory.
-  struct Shape {
-    std::size_t in_count = 0;
-    std::size_t out_count = 0;
-    std::size_t counts = 0;
-    int root = 0;
-    DataType dtype = DataType::f32;
-    ReduceOp op = ReduceOp::sum;
-    bool in_place = false;
-    int world = 0;
-    friend bool operator==(const Shape&, const Shape&) = default;
-  };
-  struct Memo {
-    std::atomic_flag busy;  // a try-lock: a contended lookup simply asks the registry
-    bool valid = false;
-    Shape shape;
-    const algorithms::Algorithm* algorithm = nullptr;
-  };
-  mutable std::array<Memo, kKindCount> memo_{};
+  // The default choice per (collective, dtype, size class), which is all it depends on for
+  // one world size (see Algorithm::supports): training loops repeat the same call shapes,
+  // and asking every algorithm again costs about as much as a small message over shared
+  // memory. An entry is the built-in registry's index of the choice plus one (0: not known
+  // yet); every writer stores the same value, so relaxed atomics need no lock. The world
+  // size is the first one asked about (a communicator's); other sizes are not cached.
+  static constexpr std::size_t kDtypeCount = std::size(kAllDataTypes);
+  static constexpr std::size_t kSizeClasses = 65;  // std::bit_width of a 64-bit byte count
+  mutable std::array<std::atomic<std::uint8_t>, kKindCount * kDtypeCount * kSizeClasses> choices_{};
+  mutable std::atomic<int> cached_world_{0};
+  /// The algorithm last named per call, per collective (built-in registry only).
+  mutable std::array<std::atomic<const algorithms::Algorithm*>, kKindCount> named_{};
+
   const algorithms::Algorithm& choose_default(const algorithms::Registry& reg,
                                               const algorithms::Call& call, int world) const;
 };

@@ -14,7 +14,11 @@ using algorithms::Call;
 
 constexpr std::size_t kMaxCount = std::numeric_limits<std::size_t>::max() / 16;
 
-void check_view(std::string_view coll, std::string_view name, const BufferView& b) {
+// Each check tests its condition inline and explains a failure out of line: validation runs
+// on every call, failures almost never.
+
+[[noreturn, gnu::cold]] void explain_view(std::string_view coll, std::string_view name,
+                                          const BufferView& b) {
   TANDEM_CHECK_ARG(static_cast<unsigned>(b.dtype) <= static_cast<unsigned>(DataType::i64),
                    "{}: {}.dtype has the invalid value {}", coll, name,
                    static_cast<unsigned>(b.dtype));
@@ -24,27 +28,51 @@ void check_view(std::string_view coll, std::string_view name, const BufferView& 
                    coll, name, b.device.str());
   TANDEM_CHECK_ARG(b.data != nullptr || b.count == 0, "{}: {}.data is null but {}.count is {}",
                    coll, name, name, b.count);
-  TANDEM_CHECK_ARG(b.count <= kMaxCount, "{}: {}.count ({}) is impossibly large", coll, name,
-                   b.count);
+  TANDEM_THROW(ErrorCode::InvalidArgument, "{}: {}.count ({}) is impossibly large", coll, name,
+               b.count);
+}
+
+void check_view(std::string_view coll, std::string_view name, const BufferView& b) {
+  const bool ok = static_cast<unsigned>(b.dtype) <= static_cast<unsigned>(DataType::i64) &&
+                  b.device.is_cpu() && (b.data != nullptr || b.count == 0) && b.count <= kMaxCount;
+  if (!ok) [[unlikely]]
+    explain_view(coll, name, b);
+}
+
+[[noreturn, gnu::cold]] void explain_dtypes(std::string_view coll, const BufferView& in,
+                                            const BufferView& out) {
+  TANDEM_THROW(ErrorCode::InvalidArgument,
+               "{}: in.dtype ({}) differs from out.dtype ({}): both buffers must hold the same "
+               "element type",
+               coll, to_string(in.dtype), to_string(out.dtype));
 }
 
 void check_same_dtype(std::string_view coll, const BufferView& in, const BufferView& out) {
-  TANDEM_CHECK_ARG(in.dtype == out.dtype,
-                   "{}: in.dtype ({}) differs from out.dtype ({}): both buffers must hold the "
-                   "same element type",
-                   coll, to_string(in.dtype), to_string(out.dtype));
+  if (in.dtype != out.dtype) [[unlikely]]
+    explain_dtypes(coll, in, out);
 }
 
-void check_count(std::string_view coll, std::string_view name, std::size_t have, std::size_t want,
-                 std::string_view rule) {
-  if (have == want) return;
+[[noreturn, gnu::cold]] void explain_count(std::string_view coll, std::string_view name,
+                                           std::size_t have, std::size_t want,
+                                           std::string_view rule) {
   TANDEM_THROW(ErrorCode::InvalidArgument, "{}: {}.count is {} but must be {} ({}){}", coll, name,
                have, want, rule, have < want ? ": the buffer is too small" : "");
 }
 
+void check_count(std::string_view coll, std::string_view name, std::size_t have, std::size_t want,
+                 std::string_view rule) {
+  if (have != want) [[unlikely]]
+    explain_count(coll, name, have, want, rule);
+}
+
+[[noreturn, gnu::cold]] void explain_op(std::string_view coll, ReduceOp op) {
+  TANDEM_THROW(ErrorCode::InvalidArgument, "{}: ReduceOp has the invalid value {}", coll,
+               static_cast<unsigned>(op));
+}
+
 void check_op(std::string_view coll, ReduceOp op) {
-  TANDEM_CHECK_ARG(static_cast<unsigned>(op) <= static_cast<unsigned>(ReduceOp::avg),
-                   "{}: ReduceOp has the invalid value {}", coll, static_cast<unsigned>(op));
+  if (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::avg)) [[unlikely]]
+    explain_op(coll, op);
 }
 
 void check_root(std::string_view coll, std::string_view what, int root, int size) {
@@ -60,14 +88,20 @@ bool overlap(const BufferView& a, const BufferView& b) noexcept {
   return pa < pb + b.bytes() && pb < pa + a.bytes();
 }
 
+[[noreturn, gnu::cold]] void explain_layout(std::string_view coll, std::string_view rule) {
+  TANDEM_THROW(ErrorCode::InvalidArgument, "{}: in and out overlap but are not in-place ({})", coll,
+               rule);
+}
+
 // in and out may only overlap in the one in-place layout: `inner` at element `offset` of
 // `outer`.
 void check_layout(std::string_view coll, const BufferView& inner, const BufferView& outer,
                   std::size_t offset, std::string_view rule) {
+  if (inner.data == outer.data && offset == 0) return;  // in-place, the usual layout
   if (!overlap(inner, outer)) return;
   const auto* expect = static_cast<const std::byte*>(outer.data) + offset * dtype_size(outer.dtype);
-  TANDEM_CHECK_ARG(inner.data == expect, "{}: in and out overlap but are not in-place ({})", coll,
-                   rule);
+  if (inner.data != expect) [[unlikely]]
+    explain_layout(coll, rule);
 }
 
 }  // namespace

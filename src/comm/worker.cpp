@@ -30,18 +30,27 @@ constexpr auto kMaxPause = std::chrono::microseconds(1000);
 }  // namespace
 
 void Communicator::Impl::worker_loop() {
+  // Claims the mesh unless an inline call owns it (that call wakes this thread when done).
+  const auto claim_mesh = [this] {
+    std::uint64_t s = state.load(std::memory_order_relaxed);
+    while ((s & kOwned) == 0)
+      if (state.compare_exchange_weak(s, s | kOwned, std::memory_order_acquire,
+                                      std::memory_order_relaxed))
+        return true;
+    return false;
+  };
+  const auto give_up_mesh = [this] { state.fetch_and(~kOwned, std::memory_order_release); };
   std::unique_lock lock(mutex);
   std::chrono::microseconds pause = kMinPause;
   for (;;) {
     if (in_flight.empty()) {
-      worker_cv.wait(lock, [&] { return stopping || (!queue.empty() && !busy); });
+      worker_cv.wait(lock, [&] { return stopping || (!queue.empty() && claim_mesh()); });
       if (stopping) return;
-      busy = true;
     } else if (stopping) {
       lock.unlock();
       fail_in_flight(ErrorCode::Aborted, "the communicator was destroyed while it was in flight");
       lock.lock();
-      busy = false;
+      give_up_mesh();
       return;
     } else if (queue.empty()) {
       lock.unlock();
@@ -49,16 +58,15 @@ void Communicator::Impl::worker_loop() {
       // Spin a little first, as the transport does: a reply often is microseconds away.
       const auto spin_until = Clock::now() + spin_time;
       while (!completed && !in_flight.empty() && Clock::now() < spin_until) {
-        {
-          std::lock_guard guard(mutex);
-          if (!queue.empty() || stopping) break;
-        }
+        if ((state.load(std::memory_order_relaxed) & kQueued) != 0 ||
+            stopping.load(std::memory_order_relaxed))
+          break;
         transport::cpu_relax();
         completed = progress_p2p();
       }
       lock.lock();
       if (in_flight.empty()) {
-        busy = false;
+        give_up_mesh();
         pause = kMinPause;
       } else if (completed) {
         pause = kMinPause;
@@ -68,9 +76,10 @@ void Communicator::Impl::worker_loop() {
       }
       continue;
     }
-    // This thread owns the mesh (busy): take the next operation.
+    // This thread owns the mesh: take the next operation.
     auto work = std::move(queue.front());
     queue.pop_front();
+    if (queue.empty()) state.fetch_and(~kQueued, std::memory_order_relaxed);
     ++active;
     lock.unlock();
     if (comm::is_p2p(work->op.call.kind)) {
@@ -81,7 +90,7 @@ void Communicator::Impl::worker_loop() {
     if (!in_flight.empty()) progress_p2p();
     lock.lock();
     pause = kMinPause;
-    if (in_flight.empty()) busy = false;
+    if (in_flight.empty()) give_up_mesh();
   }
 }
 

@@ -143,6 +143,32 @@ TEST(Selector, PicksBySize) {
   EXPECT_EQ(pick(CollectiveKind::allreduce, 8, 1), "recursive_doubling");
 }
 
+TEST(Selector, ChoiceDependsOnlyOnTheSizeClass) {
+  // Communicators cache the choice per (collective, dtype, size class): every size of a class
+  // must get what its smallest size gets, on any world size.
+  for (std::size_t k = 0; k <= static_cast<std::size_t>(CollectiveKind::barrier); ++k) {
+    const auto kind = static_cast<CollectiveKind>(k);
+    if (kind == CollectiveKind::allgatherv) continue;  // needs counts: one algorithm anyway
+    for (int world : {2, 3, 4, 8, 9}) {
+      for (std::size_t cls = 3; cls <= 28; ++cls) {
+        const std::size_t low = std::size_t{1} << (cls - 1);
+        const Call first = shaped(kind, low, world);
+        const std::string_view want = reg().select(first, world, {}, false).name();
+        for (std::size_t bytes : {low + 4, low + low / 2, 2 * low - 4}) {
+          const Call c = shaped(kind, bytes, world);
+          if (size_class(c) != size_class(first)) continue;  // rounded to other block sizes
+          EXPECT_EQ(reg().select(c, world, {}, false).name(), want)
+              << to_string(kind) << " of " << bytes << " bytes on " << world << " ranks";
+        }
+      }
+    }
+  }
+  EXPECT_EQ(size_class(shaped(CollectiveKind::allreduce, 0, 2)), 0u);
+  EXPECT_EQ(size_class(shaped(CollectiveKind::allreduce, 4, 2)), 3u);
+  EXPECT_EQ(size_class(shaped(CollectiveKind::allreduce, 16 * 1024 - 4, 2)), 14u);
+  EXPECT_EQ(size_class(shaped(CollectiveKind::allreduce, 16 * 1024, 2)), 15u);
+}
+
 TEST(Selector, AllgathervNeedsCountsPerRank) {
   Call c = shaped(CollectiveKind::allgatherv, 64, 3);
   const std::size_t counts[] = {1, 2, 3};
