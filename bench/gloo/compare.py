@@ -4,33 +4,10 @@
 Usage: compare.py DIR COLLECTIVE...   (DIR holds {gloo,tandem}-tcp-COLLECTIVE.txt, written by
 run.sh)."""
 import os
-import re
 import sys
 
-PREFIX = re.compile(r"^\[rank \d+\]: ")
-
-
-def parse(path):
-    """size -> (mean us, p50 us, busbw GB/s, #wrong, algorithm) of the out-of-place columns."""
-    rows = {}
-    if not os.path.exists(path):
-        return rows
-    with open(path) as f:
-        for line in f:
-            line = PREFIX.sub("", line.rstrip("\n"))
-            cols = line.split()
-            if line.startswith("#") or len(cols) < 10 or not cols[0].isdigit():
-                continue
-            algo = cols[15].split("|")[0] if len(cols) > 15 else "-"  # the out-of-place one
-            rows[int(cols[0])] = (float(cols[5]), float(cols[6]), float(cols[8]), cols[9], algo)
-    return rows
-
-
-def human(n):
-    for unit, div in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if n >= div and n % div == 0:
-            return "%d%s" % (n // div, unit)
-    return str(n)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from perf_table import human, parse  # noqa: E402
 
 
 def main():
@@ -39,8 +16,8 @@ def main():
         return 2
     out_dir, collectives = sys.argv[1], sys.argv[2:]
     for coll in collectives:
-        gloo = parse(os.path.join(out_dir, "gloo-tcp-%s.txt" % coll))
-        tandem = parse(os.path.join(out_dir, "tandem-tcp-%s.txt" % coll))
+        gloo = parse(os.path.join(out_dir, "gloo-tcp-%s.txt" % coll))[0]
+        tandem = parse(os.path.join(out_dir, "tandem-tcp-%s.txt" % coll))[0]
         print()
         print("%s over TCP loopback, out-of-place: mean and p50 of the slowest rank's time (us), "
               "busbw (GB/s); x = Gloo mean / tandem mean (above 1: tandem faster)" % coll)

@@ -4,37 +4,10 @@
 Usage: compare.py DIR COLLECTIVE...   (DIR holds {mpi,tandem}-{shm,tcp}-COLLECTIVE.txt,
 written by run.sh)."""
 import os
-import re
 import sys
 
-PREFIX = re.compile(r"^\[rank \d+\]: ")
-
-
-def parse(path):
-    """size -> (mean us, p50 us, busbw GB/s, #wrong) of the out-of-place columns."""
-    rows, header = {}, []
-    if not os.path.exists(path):
-        return rows, ["(missing: %s)" % path]
-    with open(path) as f:
-        for line in f:
-            line = PREFIX.sub("", line.rstrip("\n"))
-            if line.startswith("#"):
-                if "Avg bus bandwidth" in line or "Out of bounds" in line:
-                    header.append(line)
-                continue
-            cols = line.split()
-            if len(cols) < 10 or not cols[0].isdigit():
-                continue
-            size = int(cols[0])
-            rows[size] = (float(cols[5]), float(cols[6]), float(cols[8]), cols[9])
-    return rows, header
-
-
-def human(n):
-    for unit, div in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if n >= div and n % div == 0:
-            return "%d%s" % (n // div, unit)
-    return str(n)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from perf_table import human, parse  # noqa: E402
 
 
 def main():
