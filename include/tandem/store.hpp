@@ -44,6 +44,13 @@ class Store {
   /// stores of tandem all implement it; this default handles only the empty prefix and
   /// throws Error(InvalidArgument) otherwise.
   virtual std::int64_t num_keys_with_prefix(std::string_view prefix);
+  /// Asks the store to set `key` to `value` when this client's connection to it ends without
+  /// a cancel first (an empty `value` cancels): the process died, or lost the store. A key
+  /// that already has a value keeps it (the first disconnect wins). This is
+  /// how ranks learn that a peer died before they could connect to it. Returns false (and
+  /// does nothing) for stores without connections (FileStore, HashStore); TcpStore returns
+  /// true. At most 64 keys per connection.
+  virtual bool set_on_disconnect(std::string_view key, std::string_view value);
 
   /// Default timeout for the convenience overloads below.
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
@@ -90,6 +97,7 @@ class TcpStore final : public Store {
   bool delete_key(std::string_view key) override;
   std::int64_t num_keys() override;
   std::int64_t num_keys_with_prefix(std::string_view prefix) override;
+  bool set_on_disconnect(std::string_view key, std::string_view value) override;
   using Store::get;
   using Store::wait;
 
@@ -187,6 +195,7 @@ class PrefixStore final : public Store {
   /// Keys under this prefix only.
   std::int64_t num_keys() override;
   std::int64_t num_keys_with_prefix(std::string_view prefix) override;
+  bool set_on_disconnect(std::string_view key, std::string_view value) override;
   using Store::get;
   using Store::wait;
 

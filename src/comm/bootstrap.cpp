@@ -1,5 +1,6 @@
 #include "comm/bootstrap.hpp"
 
+#include "core/net.hpp"
 #include "core/reduce.hpp"
 
 #include <tandem/error.hpp>
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <unistd.h>
 
 namespace tandem::comm {
 std::chrono::milliseconds timeout_from(const CommOptions& o) {
@@ -97,6 +99,36 @@ void log_summary(const Communicator::Impl& impl) {
   }
 }
 
+// A rank that dies during setup never publishes what the others wait for. Its store
+// connection closes, though: the store server sets lost_key then (if the store can), and the
+// waits of setup look at that key every kLivenessPoll.
+void watch_peers(Communicator::Impl& impl, std::string lost_key,
+                 transport::MeshOptions& mesh_opts) {
+  if (lost_key.empty()) {
+    lost_key = impl.prefix + "/lost";
+    try {
+      impl.registered_lost = impl.base_store->set_on_disconnect(
+          lost_key, fmt::format("rank {} of communicator '{}' on {} (pid {})", impl.rank,
+                                impl.prefix, net::local_host_name(), ::getpid()));
+    } catch (const Error& e) {
+      TANDEM_WARN(init,
+                  "communicator '{}': the store cannot watch this rank's liveness ({}); a rank "
+                  "that dies during setup is then noticed only at the timeout",
+                  impl.prefix, e.message());
+    }
+  }
+  impl.lost_key = lost_key;
+  mesh_opts.check_peers = [store = impl.base_store, key = std::move(lost_key)] {
+    const std::string keys[] = {key};
+    if (!store->check(keys)) return;
+    TANDEM_THROW(ErrorCode::PeerLost,
+                 "{} died or lost its connection to the store before the communicator was set "
+                 "up; this rank cannot continue without it. Check that rank's output and exit "
+                 "status (a crash, the OOM killer, a signal)",
+                 store->get(key, deadline_in(std::chrono::seconds(10))));
+  };
+}
+
 }  // namespace
 
 std::string format_ranks(const std::vector<int>& ranks) {
@@ -105,14 +137,20 @@ std::string format_ranks(const std::vector<int>& ranks) {
     std::size_t j = i;
     while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
     if (!s.empty()) s += ',';
-    s += j == i ? fmt::format("{}", ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]);
-    i = j + 1;
+    if (j >= i + 2) {
+      s += fmt::format("{}-{}", ranks[i], ranks[j]);
+      i = j + 1;
+    } else {
+      s += fmt::format("{}", ranks[i]);
+      ++i;
+    }
   }
   return s;
 }
 
 std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, int rank, int size,
-                                          CommOptions options, bool is_world) {
+                                          CommOptions options, bool is_world,
+                                          std::string lost_key) {
   TANDEM_CHECK_ARG(size >= 1, "Communicator::create: size {} must be at least 1", size);
   TANDEM_CHECK_ARG(rank >= 0 && rank < size,
                    "Communicator::create: rank {} is out of range [0, {}) for size {}", rank, size,
@@ -138,7 +176,7 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
   } else {
     impl->policy = AlgoPolicy(settings::get_string("TANDEM_ALGO"), "TANDEM_ALGO", reg);
   }
-  const auto mesh_opts = mesh_options(options, impl->timeout);
+  auto mesh_opts = mesh_options(options, impl->timeout);
   impl->spin_time = mesh_opts.spin_time;
 
   std::string prefix = options.store_prefix;
@@ -159,6 +197,7 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
   if (is_world) log::set_rank(rank, size);
 
   if (size > 1) {
+    watch_peers(*impl, std::move(lost_key), mesh_opts);
     try {
       impl->mesh = transport::connect_mesh(*impl->store, rank, size, mesh_opts);
     } catch (const Error& e) {
@@ -168,6 +207,15 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
                   __FILE__, __LINE__);
     }
     find_local(*impl);
+    impl->monitor = Monitor::start(impl->store, rank, size, prefix,
+                                   settings::get_seconds("TANDEM_STALL_WARN"), impl->timeout);
+    impl->monitor->on_mismatch([self = impl.get()](const std::string& what) {
+      self->poison(ErrorCode::Mismatch,
+                   fmt::format("the ranks called different collectives (seen in their progress "
+                               "reports): {}. Every rank must call the same collectives in the "
+                               "same order with the same count, dtype and root",
+                               what));
+    });
   }
   log_summary(*impl);
   return impl;

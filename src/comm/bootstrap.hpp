@@ -14,14 +14,17 @@
 namespace tandem::comm {
 
 /// Validates the arguments, connects the mesh (size > 1) and returns the state of a new
-/// communicator. `is_world` communicators set the rank shown in log lines.
+/// communicator. `is_world` communicators set the rank shown in log lines. `lost_key`: the
+/// store key (on `store`, unprefixed) a split watches for dead ranks, its parent's; empty
+/// for a new group, which registers its own.
 std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, int rank, int size,
-                                          CommOptions options, bool is_world);
+                                          CommOptions options, bool is_world,
+                                          std::string lost_key = {});
 
 /// The communicator timeout: CommOptions::timeout, else TANDEM_TIMEOUT.
 std::chrono::milliseconds timeout_from(const CommOptions& options);
 
-/// "1-3,5,7-8".
+/// "1-3,5,7,8": runs of three or more become ranges.
 std::string format_ranks(const std::vector<int>& sorted_ranks);
 
 }  // namespace tandem::comm

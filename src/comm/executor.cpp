@@ -58,6 +58,12 @@ void assign_sequence(Op& op, std::uint64_t state) {
   c.seq = state / Communicator::Impl::kSeqOne;
   // Point to point does not advance the collective sequence; sender and receiver derive
   // the same tag from the user's tag and the message shape.
+#ifdef TANDEM_NO_CALL_CHECKS  // only to measure what the default checks cost (README)
+  if (!comm::is_p2p(c.kind)) {
+    c.tag = 0;
+    return;
+  }
+#endif
   c.tag = algorithms::fingerprint(c.kind, comm::shape_dtype(c), comm::shape_count(c), c.root,
                                   comm::is_p2p(c.kind) ? op.user_tag : c.seq);
 }
@@ -170,6 +176,13 @@ void Communicator::Impl::execute(const Op& op, Clock::time_point now) {
   const std::string_view algo = op.algorithm != nullptr ? op.algorithm->name() : "local";
   const auto ticket =
       recorder.start(c.kind, comm::shape_dtype(c), comm::shape_count(c), c.root, c.seq, algo, now);
+#ifdef TANDEM_NO_CALL_CHECKS
+  const bool collective = false;
+#else
+  const bool collective = monitor && !comm::is_p2p(c.kind);
+#endif
+  if (collective)
+    monitor->entered(c.kind, comm::shape_dtype(c), comm::shape_count(c), c.root, c.seq, now);
   ErrorCode code = ErrorCode::Internal;
   std::string what;
   try {
@@ -187,6 +200,7 @@ void Communicator::Impl::execute(const Op& op, Clock::time_point now) {
       op.algorithm->run(c, ctx);
     }
     recorder.finish(ticket, true);
+    if (collective) monitor->completed(c.seq);
     return;
   } catch (const Error& e) {
     code = e.code();
@@ -195,17 +209,34 @@ void Communicator::Impl::execute(const Op& op, Clock::time_point now) {
     what = fmt::format("unexpected exception (a bug in tandem; please report it): {}", e.what());
   }
   recorder.finish(ticket, false);
-  const std::string message = fail(op, code, what);
+  if (code == ErrorCode::Timeout && monitor) {
+    // The peer a rank waited for may itself wait for another: the progress reports (stable
+    // for as long as the collective hung) name the rank that never came.
+    if (auto who = monitor->diagnose_failure(Clock::now()))
+      what += fmt::format(". The ranks' progress reports: {}", *who);
+  }
+  std::string message = fail(op, code, what);
+  if (code == ErrorCode::Mismatch && monitor &&
+      message.find("the ranks disagree") == std::string::npos) {
+    // The mismatch shows this rank's call and the peer's tag; the ranks' failure records
+    // show every call.
+    if (auto calls = monitor->diagnose_failure(deadline_in(comm::Monitor::kPublishWait)))
+      message += fmt::format(". What each rank called: {}", *calls);
+  }
   TANDEM_THROW(code, "{}", message);
 }
 
 std::string Communicator::Impl::fail(const Op& op, ErrorCode code, std::string_view what,
                                      bool owns_mesh) {
   std::string message = fmt::format("{} failed: {}", comm::describe(op), what);
-  if (!poisoned.load(std::memory_order_acquire)) {
-    poison(code, message);
+  if (!poisoned.load(std::memory_order_acquire)) poison(code, message);
+  // The monitor may have poisoned the communicator (a mismatch found from the ranks'
+  // progress): the operation it failed is still the one to report.
+  if (!failure_reported.exchange(true)) {
     // The recorder belongs to the thread that owns the mesh.
     if (owns_mesh) TANDEM_WARN(coll, "flight recorder: {}", recorder.dump());
+    // For the other ranks' reports and tandemrun's.
+    if (monitor) monitor->publish_failure(message, owns_mesh ? &recorder : nullptr);
   }
   if (mesh && owns_mesh) {
     // Requests that were posted when the failure struck (an algorithm's, already unwound,
@@ -250,6 +281,7 @@ void Communicator::Impl::throw_poisoned(const Op& op) const {
 }
 
 void Communicator::Impl::shutdown() noexcept {
+  if (monitor) monitor->stop();
   std::deque<std::shared_ptr<OpWork>> dropped;
   bool running = false;
   {
@@ -281,6 +313,15 @@ void Communicator::Impl::shutdown() noexcept {
   worker_cv.notify_all();
   if (worker.joinable()) worker.join();
   if (mesh) mesh->close();
+  if (registered_lost && !poisoned.load(std::memory_order_acquire)) {
+    // A normal end: this rank's disconnect must not read as a death. (After a failure it may
+    // well read as one, and the store may be out of reach: nothing to cancel then.)
+    try {
+      base_store->set_on_disconnect(lost_key, {});
+    } catch (const Error& e) {
+      TANDEM_DETAIL(init, "communicator '{}': {}", prefix, e.message());
+    }
+  }
 }
 
 }  // namespace tandem

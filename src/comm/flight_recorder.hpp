@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tandem::comm {
 
@@ -54,6 +55,9 @@ class FlightRecorder {
   /// "last 3 of 3 operations (start relative to now): #0 allreduce f32 x 8 ring -2.1 ms ok |
   /// ... | #2 allreduce f32 x 8 ring -1.0 ms FAILED after 1000.2 ms".
   std::string dump(std::size_t max_entries = 12) const;
+  /// The last operations, oldest first, one line each with wall-clock start times:
+  /// "#12 allreduce f32 x 1024 ring 12:00:01.250 FAILED after 1000.2 ms".
+  std::vector<std::string> lines(std::size_t max_entries = 16) const;
 
  private:
   std::array<Entry, kCapacity> entries_{};

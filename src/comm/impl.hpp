@@ -4,6 +4,7 @@
 
 #include "algorithms/algorithm.hpp"
 #include "comm/flight_recorder.hpp"
+#include "comm/monitor.hpp"
 #include "comm/policy.hpp"
 #include "transport/mesh.hpp"
 
@@ -77,6 +78,10 @@ struct Communicator::Impl {
   std::string prefix;    ///< this communicator's key namespace in the store
   std::shared_ptr<store::Store> base_store;  ///< the store the caller gave
   std::shared_ptr<store::Store> store;       ///< base_store under `prefix`
+  /// Key on base_store that the store server sets when a rank of this group (or of the group
+  /// it was split from) disconnects without closing its communicator: setup waits watch it.
+  std::string lost_key;
+  bool registered_lost = false;  ///< this communicator asked the store to set lost_key
   /// from_env on rank 0: the store server, kept alive as long as the communicator.
   /// Declared before the mesh so that it is destroyed after it.
   std::unique_ptr<store::TcpStoreServer> server;
@@ -119,6 +124,18 @@ struct Communicator::Impl {
   std::string error_message;
 
   comm::FlightRecorder recorder;
+  /// Publishes progress, reports stalls and mismatches that left every rank waiting (size > 1).
+  std::shared_ptr<comm::Monitor> monitor;
+  /// The first failure was logged with the flight recorder and published for the reports.
+  std::atomic<bool> failure_reported{false};
+
+  Impl() = default;
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+  /// Stops the monitor, whose mismatch handler points here, if shutdown() did not.
+  ~Impl() {
+    if (monitor) monitor->stop();
+  }
 
   // executor.cpp
   /// Runs the call inline when nothing is queued or running, else behind the queued

@@ -45,7 +45,8 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key) {
   if (!options.timeout) options.timeout = impl_->timeout;
   TANDEM_DETAIL(init, "split #{} color {} key {}: rank {} of {} under '{}'", n, color, key,
                 new_rank, new_size, options.store_prefix);
-  auto impl = comm::build(impl_->base_store, new_rank, new_size, std::move(options), false);
+  auto impl = comm::build(impl_->base_store, new_rank, new_size, std::move(options), false,
+                          impl_->lost_key);
   return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
 }
 

@@ -473,4 +473,15 @@ std::string local_host_name() {
   return name;
 }
 
+bool constant_time_equal(std::string_view a, std::string_view b) noexcept {
+  unsigned diff = a.size() == b.size() ? 0u : 1u;
+  const std::size_t n = a.size() > b.size() ? a.size() : b.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0u;
+    const auto y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0u;
+    diff |= x ^ y;
+  }
+  return diff == 0;
+}
+
 }  // namespace tandem::net

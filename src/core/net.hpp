@@ -132,4 +132,8 @@ std::string local_address(int fd);
 /// gethostname(), or "localhost" if that fails.
 std::string local_host_name();
 
+/// Compares shared secrets in time that depends on their lengths only, not on where they
+/// differ (every byte of the longer one is looked at).
+bool constant_time_equal(std::string_view a, std::string_view b) noexcept;
+
 }  // namespace tandem::net

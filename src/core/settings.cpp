@@ -38,6 +38,9 @@ constexpr std::array kSettings{
             "Network interface for TCP (e.g. eth0); empty: the interface that routes to "
             "MASTER_ADDR, loopback on one host."},
     Setting{"TANDEM_SPIN_US", integer, "50", "Microseconds a waiting rank spins before it blocks."},
+    Setting{"TANDEM_STALL_WARN", seconds, "60",
+            "Seconds a collective may run before each rank logs which ranks have not entered "
+            "it (0: never)."},
     Setting{"TANDEM_STORE_ADDR", string, "",
             "Set by tandemrun: host:port of its rendezvous store, which every rank joins (rank 0 "
             "then hosts none at MASTER_ADDR:MASTER_PORT)."},

@@ -123,6 +123,45 @@ void Reducer::Impl::verify_across_ranks() const {
                  all[0], all[1], fmt::join(differ, "; "));
 }
 
+void Reducer::Impl::verify_pass() const {
+  const int world = comm->size();
+  if (world == 1) return;
+  // (Which parameters were unused may differ between ranks: data-dependent control flow.)
+  auto fnv = [](std::uint64_t h, const void* data, std::size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+  };
+  std::uint64_t layout = 0xcbf29ce484222325ull, grads_sum = layout;
+  for (const Bucket& b : buckets) {
+    layout = fnv(layout, &b.dtype, sizeof b.dtype);
+    layout = fnv(layout, b.params.data(), b.params.size() * sizeof(std::size_t));
+    grads_sum = fnv(grads_sum, b.buffer.data(), b.count * dtype_size(b.dtype));
+  }
+  std::array<std::int64_t, 3> mine{static_cast<std::int64_t>(sync_passes),
+                                   static_cast<std::int64_t>(layout),
+                                   static_cast<std::int64_t>(grads_sum)};
+  std::vector<std::int64_t> all(3 * static_cast<std::size_t>(world));
+  comm->allgather(BufferView::of(std::span<std::int64_t>(mine)),
+                  BufferView::of(std::span<std::int64_t>(all)));
+  static constexpr std::array<const char*, 3> kWhat = {
+      "the number of synchronised passes", "the bucket layout", "the averaged gradients"};
+  std::vector<std::string> differ;
+  for (int r = 1; r < world; ++r)
+    for (std::size_t k = 0; k < kWhat.size(); ++k)
+      if (all[3 * static_cast<std::size_t>(r) + k] != all[k])
+        differ.push_back(fmt::format("rank {}: {}", r, kWhat[k]));
+  if (!differ.empty())
+    TANDEM_THROW(ErrorCode::Mismatch,
+                 "DDP check after pass {} (TANDEM_DEBUG=DETAIL): ranks differ from rank 0 in "
+                 "{}. The replicas are no longer identical: check that every rank runs the same "
+                 "model and backward passes, and that a custom communication hook leaves the "
+                 "same average on every rank",
+                 sync_passes, fmt::join(differ, ", "));
+  TANDEM_DETAIL(ddp, "DDP check after pass {}: {} ranks agree (bucket layout, gradients)",
+                sync_passes, world);
+}
+
 void Reducer::Impl::rebuild() {
   const std::size_t n = grads.size();
   std::vector<std::int64_t> wire(n, -1);

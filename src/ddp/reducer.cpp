@@ -379,6 +379,7 @@ void Reducer::finalize_backward() {
     }
   }
   if (failure) std::rethrow_exception(failure);
+  if (log::enabled(log::Level::detail, log::Subsys::ddp)) s.verify_pass();
 
   s.write_back();
   std::fill(s.accumulated.begin(), s.accumulated.end(), std::uint8_t{0});

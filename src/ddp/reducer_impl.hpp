@@ -89,6 +89,10 @@ struct Reducer::Impl {
   void build_buckets(const std::vector<std::vector<std::size_t>>& assignment);
   /// Collective: every rank's parameter list must equal rank 0's.
   void verify_across_ranks() const;
+  /// TANDEM_DEBUG=DETAIL, after every synchronised pass: the ranks compare their pass count,
+  /// bucket layout and a checksum of the averaged gradients (bitwise equal on every rank, or
+  /// the replicas drift apart). Throws Error(Mismatch).
+  void verify_pass() const;
   /// Collective: rank 0's ready order, broadcast, becomes the bucket order (once).
   void rebuild();
   /// "3 buckets: #0 f32 x 262144 (1.00 MiB) params [7, 6] ..."

@@ -157,6 +157,25 @@ KvState::Outcome KvState::handle(std::uint64_t conn, proto::Message&& req) {
           if (k.starts_with(req.value)) ++n;
         return immediate(number_reply(Type::integer, n));
       }
+      case Type::on_disconnect: {
+        auto& list = on_drop_[conn];
+        const auto it = std::find_if(list.begin(), list.end(),
+                                     [&](const auto& kv) { return kv.first == req.keys[0]; });
+        if (req.value.empty()) {
+          if (it != list.end()) list.erase(it);
+          if (list.empty()) on_drop_.erase(conn);
+        } else if (it != list.end()) {
+          it->second = std::move(req.value);
+        } else if (list.size() < kMaxOnDisconnect) {
+          list.emplace_back(std::move(req.keys[0]), std::move(req.value));
+        } else {
+          TANDEM_THROW(ErrorCode::InvalidArgument,
+                       "this connection already asked for {} keys to be set on disconnect (the "
+                       "limit); cancel some first",
+                       kMaxOnDisconnect);
+        }
+        return immediate(reply(Type::ok));
+      }
       case Type::hello:
         return violation("a second HELLO on an authenticated connection");
       default:
@@ -199,10 +218,19 @@ std::optional<Deadline> KvState::next_deadline() const {
 }
 
 void KvState::drop(std::uint64_t conn) {
-  auto w = waiters_.find(conn);
-  if (w == waiters_.end()) return;
-  unregister(conn, w->second);
-  waiters_.erase(w);
+  if (auto w = waiters_.find(conn); w != waiters_.end()) {
+    unregister(conn, w->second);
+    waiters_.erase(w);
+  }
+  if (auto d = on_drop_.find(conn); d != on_drop_.end()) {
+    auto list = std::move(d->second);
+    on_drop_.erase(d);
+    // The first disconnect wins: a key already set keeps its value (the first rank lost is
+    // the one to report, not those that failed because of it).
+    for (auto& [key, value] : list) {
+      if (map_.try_emplace(key, std::move(value)).second) wrote(key);
+    }
+  }
 }
 
 }  // namespace tandem::store

@@ -38,8 +38,12 @@ class KvState {
   std::vector<Delivery> expire(Deadline now);
   /// The nearest waiter deadline, if any.
   std::optional<Deadline> next_deadline() const;
-  /// Forgets the waiter of a closed connection.
+  /// Forgets the waiter of a closed connection and performs the SETs it registered with
+  /// ON_DISCONNECT (their waiters' replies come from take_ready()).
   void drop(std::uint64_t conn);
+
+  /// ON_DISCONNECT registrations one connection may hold.
+  static constexpr std::size_t kMaxOnDisconnect = 64;
 
   std::size_t size() const noexcept { return map_.size(); }
   std::size_t waiter_count() const noexcept { return waiters_.size(); }
@@ -63,6 +67,8 @@ class KvState {
   std::unordered_map<std::string, std::vector<std::uint64_t>> waiting_on_;  // key -> conns
   std::set<std::pair<Deadline, std::uint64_t>> deadlines_;
   std::vector<Delivery> ready_;
+  /// conn -> the (key, value) pairs to set when it closes.
+  std::unordered_map<std::uint64_t, std::vector<std::pair<std::string, std::string>>> on_drop_;
 };
 
 }  // namespace tandem::store

@@ -59,4 +59,8 @@ std::int64_t PrefixStore::num_keys_with_prefix(std::string_view prefix) {
   return base_->num_keys_with_prefix(key(prefix));
 }
 
+bool PrefixStore::set_on_disconnect(std::string_view k, std::string_view value) {
+  return base_->set_on_disconnect(key(k), value);
+}
+
 }  // namespace tandem::store

@@ -26,6 +26,7 @@ std::span<const Field> schema(Type t) noexcept {
     case Type::hello:
       return kHello;
     case Type::set:
+    case Type::on_disconnect:
       return kKeyValue;
     case Type::get:
     case Type::add:
@@ -55,7 +56,7 @@ std::span<const Field> schema(Type t) noexcept {
 
 bool known_type(std::uint8_t t) noexcept {
   return (t >= static_cast<std::uint8_t>(Type::hello) &&
-          t <= static_cast<std::uint8_t>(Type::num_keys)) ||
+          t <= static_cast<std::uint8_t>(Type::on_disconnect)) ||
          (t >= static_cast<std::uint8_t>(Type::ok) && t <= static_cast<std::uint8_t>(Type::error));
 }
 
@@ -159,6 +160,8 @@ std::string type_name(std::uint8_t type) {
       return "DELETE";
     case Type::num_keys:
       return "NUM_KEYS";
+    case Type::on_disconnect:
+      return "ON_DISCONNECT";
     case Type::ok:
       return "OK";
     case Type::value:
@@ -177,7 +180,7 @@ std::string type_name(std::uint8_t type) {
 
 bool is_request(Type t) noexcept {
   return static_cast<std::uint8_t>(t) >= static_cast<std::uint8_t>(Type::hello) &&
-         static_cast<std::uint8_t>(t) <= static_cast<std::uint8_t>(Type::num_keys);
+         static_cast<std::uint8_t>(t) <= static_cast<std::uint8_t>(Type::on_disconnect);
 }
 
 std::size_t Limits::max_payload() const noexcept {

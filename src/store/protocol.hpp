@@ -27,15 +27,16 @@ inline constexpr std::size_t kMaxMessageBytes = std::size_t{64} << 10;  // ERROR
 
 enum class Type : std::uint8_t {
   // Requests (client -> server).
-  hello = 1,        // i64 version, bytes token            -> ok | error
-  set = 2,          // bytes key, bytes value               -> ok
-  get = 3,          // bytes key, i64 timeout_ms (-1: none) -> value | timeout
-  add = 4,          // bytes key, i64 delta                 -> integer | error
-  compare_set = 5,  // bytes key, bytes expected, bytes desired -> value
-  wait = 6,         // i64 timeout_ms, count + keys         -> ok | timeout
-  check = 7,        // count + keys                         -> boolean
-  delete_key = 8,   // bytes key                            -> boolean
-  num_keys = 9,     // bytes prefix ("" = all)              -> integer
+  hello = 1,           // i64 version, bytes token            -> ok | error
+  set = 2,             // bytes key, bytes value               -> ok
+  get = 3,             // bytes key, i64 timeout_ms (-1: none) -> value | timeout
+  add = 4,             // bytes key, i64 delta                 -> integer | error
+  compare_set = 5,     // bytes key, bytes expected, bytes desired -> value
+  wait = 6,            // i64 timeout_ms, count + keys         -> ok | timeout
+  check = 7,           // count + keys                         -> boolean
+  delete_key = 8,      // bytes key                            -> boolean
+  num_keys = 9,        // bytes prefix ("" = all)              -> integer
+  on_disconnect = 10,  // bytes key, bytes value ("" cancels) -> ok
   // Responses (server -> client).
   ok = 64,       // (no fields)
   value = 65,    // bytes value

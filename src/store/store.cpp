@@ -10,4 +10,8 @@ std::int64_t Store::num_keys_with_prefix(std::string_view prefix) {
                prefix);
 }
 
+bool Store::set_on_disconnect(std::string_view, std::string_view) {
+  return false;
+}
+
 }  // namespace tandem::store

@@ -260,4 +260,13 @@ std::int64_t TcpStore::num_keys_with_prefix(std::string_view prefix) {
   return impl_->call(m, impl_->op_deadline(), proto::Type::integer, "NUM_KEYS").number;
 }
 
+bool TcpStore::set_on_disconnect(std::string_view key, std::string_view value) {
+  check_key(key);
+  auto m = request(proto::Type::on_disconnect);
+  m.keys.emplace_back(key);
+  m.value = value;
+  impl_->call(m, impl_->op_deadline(), proto::Type::ok, "ON_DISCONNECT");
+  return true;
+}
+
 }  // namespace tandem::store

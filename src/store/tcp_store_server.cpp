@@ -70,18 +70,6 @@ class WarnBudget {
   std::size_t suppressed_ = 0;
 };
 
-bool tokens_equal(std::string_view a, std::string_view b) noexcept {
-  // Constant time in the content: every byte of the longer one is looked at.
-  unsigned diff = a.size() == b.size() ? 0u : 1u;
-  const std::size_t n = std::max(a.size(), b.size());
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0u;
-    const auto y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0u;
-    diff |= x ^ y;
-  }
-  return diff == 0;
-}
-
 }  // namespace
 
 struct TcpStoreServer::Impl {
@@ -395,7 +383,7 @@ struct TcpStoreServer::Impl {
                         m.number, proto::kVersion));
         return false;
       }
-      if (!options.token.empty() && !tokens_equal(m.value, options.token)) {
+      if (!options.token.empty() && !net::constant_time_equal(m.value, options.token)) {
         reject(id, ErrorCode::Unauthenticated, "authentication failed: wrong TANDEM_STORE_TOKEN");
         return false;
       }
@@ -421,7 +409,9 @@ struct TcpStoreServer::Impl {
   }
 
   void deliver(const std::vector<KvState::Delivery>& replies) {
-    for (auto& [id, m] : replies) {
+    for (const auto& reply : replies) {
+      const std::uint64_t id = reply.first;  // not a structured binding: the lambda uses it
+      const proto::Message& m = reply.second;
       auto it = conns.find(id);
       if (it == conns.end()) continue;
       it->second.waiting = false;

@@ -89,14 +89,27 @@ std::string choose_listen_address(const std::string& ifname) {
 
 std::vector<std::string> gather(store::Store& store, std::string_view prefix, int rank,
                                 std::string_view value, std::span<const int> from,
-                                Deadline deadline, std::string_view what) {
+                                Deadline deadline, std::string_view what,
+                                const std::function<void()>& check_peers) {
   const auto start = Clock::now();
   store.set(fmt::format("{}{}", prefix, rank), value);
+  testing::setup_step(fmt::format("published {}", what));
   std::vector<std::string> keys;
   keys.reserve(from.size());
   for (int p : from) keys.push_back(fmt::format("{}{}", prefix, p));
   try {
-    store.wait(keys, deadline);
+    // In slices when a dead rank can be noticed meanwhile: it will never publish its key.
+    for (;;) {
+      const Deadline slice =
+          check_peers ? std::min(deadline, deadline_in(kLivenessPoll)) : deadline;
+      try {
+        store.wait(keys, slice);
+        break;
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::Timeout || slice >= deadline) throw;
+      }
+      check_peers();
+    }
   } catch (const Error& e) {
     if (e.code() != ErrorCode::Timeout) throw;
     std::vector<int> missing;
@@ -112,6 +125,7 @@ std::vector<std::string> gather(store::Store& store, std::string_view prefix, in
   std::vector<std::string> values;
   values.reserve(keys.size());
   for (const auto& k : keys) values.push_back(store.get(k, deadline));
+  testing::setup_step(fmt::format("gathered {}", what));
   return values;
 }
 

@@ -13,6 +13,16 @@
 
 namespace tandem::transport {
 
+namespace testing {
+/// Called at each named step of connect_mesh ("start", "published addresses", "gathered
+/// addresses", "connected"), so that tests can kill a rank at an exact point of setup. Null
+/// outside tests.
+inline void (*setup_step_hook)(std::string_view step) = nullptr;
+inline void setup_step(std::string_view step) {
+  if (setup_step_hook != nullptr) setup_step_hook(step);
+}
+}  // namespace testing
+
 /// What every rank publishes about itself.
 struct RankRecord {
   PeerInfo info;
@@ -36,9 +46,11 @@ std::string choose_listen_address(const std::string& ifname);
 
 /// Sets `prefix + rank` to `value`, then waits for the keys of every rank in `from` and
 /// returns their values (in the order of `from`). On timeout the error names the missing
-/// ranks and `what` they were expected to publish.
+/// ranks and `what` they were expected to publish. `check_peers` (when set) runs every
+/// kLivenessPoll while it waits and throws when a rank is gone.
 std::vector<std::string> gather(store::Store& store, std::string_view prefix, int rank,
                                 std::string_view value, std::span<const int> from,
-                                Deadline deadline, std::string_view what);
+                                Deadline deadline, std::string_view what,
+                                const std::function<void()>& check_peers = {});
 
 }  // namespace tandem::transport

@@ -519,14 +519,15 @@ std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
                                       std::vector<Link>{Link::self});
   }
 
+  testing::setup_step("start");
   tcp::Context tcp(rank, size, choose_listen_address(options.socket_ifname), options.token);
   self.address = tcp.address();
   self.port = tcp.port();
   std::vector<int> others;
   for (int p = 0; p < size; ++p)
     if (p != rank) others.push_back(p);
-  const auto texts =
-      gather(store, "addr/", rank, encode_record(self), others, deadline, "addresses");
+  const auto texts = gather(store, "addr/", rank, encode_record(self), others, deadline,
+                            "addresses", options.check_peers);
   std::vector<RankRecord> records(n);
   records[static_cast<std::size_t>(rank)] = self;
   for (std::size_t i = 0; i < others.size(); ++i)
@@ -560,8 +561,8 @@ std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
       store.set(fmt::format("shm/{}", rank), "!" + e.message());  // the local peers fail fast
       throw;
     }
-    const auto names =
-        gather(store, "shm/", rank, shm->name(), local, deadline, "shared-memory segment names");
+    const auto names = gather(store, "shm/", rank, shm->name(), local, deadline,
+                              "shared-memory segment names", options.check_peers);
     for (std::size_t i = 0; i < local.size(); ++i) {
       if (names[i].starts_with('!'))
         TANDEM_THROW(ErrorCode::Io, "rank {} could not set up shared memory: {}", local[i],
@@ -570,7 +571,7 @@ std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
     }
   }
 
-  auto sockets = tcp.connect_all(targets, deadline);
+  auto sockets = tcp.connect_all(targets, deadline, options.check_peers);
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
     auto& s = sockets[static_cast<std::size_t>(p)];
@@ -580,6 +581,7 @@ std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
     mesh->attach(p, Control(std::move(s.control)), std::move(ep));
   }
   if (shm) mesh->adopt_shm(std::move(shm));
+  testing::setup_step("connected");
   TANDEM_INFO(init,
               "rank {}/{} connected in {:.1f} ms: shm to [{}], tcp to [{}] ({} stream(s) each), "
               "listening on {}",

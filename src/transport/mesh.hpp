@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -148,7 +149,14 @@ struct MeshOptions {
   std::size_t shm_buffer_bytes = 4u << 20;  ///< TANDEM_BUFFSIZE: per shm channel
   int sockets_per_peer = 1;                 ///< TANDEM_SOCKETS_PER_PEER (tcp data streams)
   std::chrono::milliseconds connect_timeout{std::chrono::minutes(10)};
+  /// Called every kLivenessPoll while setup waits for peers: throws Error(PeerLost) when a
+  /// rank is known to be gone (the communicator asks the store). Empty: setup waits for the
+  /// peers until connect_timeout.
+  std::function<void()> check_peers;
 };
+
+/// How often setup asks check_peers whether a rank is gone while it waits.
+inline constexpr auto kLivenessPoll = std::chrono::milliseconds(250);
 
 /// Connects `rank` to every other rank of the group through `store` (whose keys must
 /// already be namespaced for this communicator), choosing shm for peers on the same host

@@ -344,5 +344,51 @@ TEST(ReducerMpErrors, DifferentParametersAcrossRanksAreAMismatch) {
       run_options()));
 }
 
+// A hook that leaves a different "average" on rank 1: the replicas would drift apart.
+class SkewedHook final : public ddp::CommHook {
+ public:
+  explicit SkewedHook(int rank) : rank_(rank), inner_(ddp::allreduce_hook()) {}
+  std::string_view name() const noexcept override { return "skewed"; }
+  std::shared_ptr<Work> start(const ddp::GradBucket& b) override { return inner_->start(b); }
+  void finish(const ddp::GradBucket& b) override {
+    inner_->finish(b);
+    if (rank_ == 1 && b.buffer.count > 0) set(b.buffer, 0, get(b.buffer, 0) + 1.0);
+  }
+
+ private:
+  int rank_;
+  std::unique_ptr<ddp::CommHook> inner_;
+};
+
+// TANDEM_DEBUG=DETAIL: the ranks compare layout and averaged gradients after every pass.
+TEST(ReducerMpDetail, DivergingGradientsAreAMismatchOnEveryRank) {
+  testing::expect_all_ok(testing::run_ranks(
+      2,
+      [&](const testing::RankContext& ctx) {
+        auto comm = connect(ctx);
+        FakeModel m(cnn_model());
+        Reducer r(comm, m.views());
+        auto pass = [&](int t) {
+          r.prepare_for_backward({});
+          for (std::size_t i : reversed(m.size())) {
+            fill(m.views()[i], ctx.rank, i, t);
+            r.mark_variable_ready(i);
+          }
+          r.finalize_backward();
+        };
+        pass(0);  // the checked pass agrees
+        r.register_comm_hook(std::make_unique<SkewedHook>(ctx.rank));
+        try {
+          pass(1);
+          ADD_FAILURE() << "rank " << ctx.rank << ": diverging gradients were not noticed";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::Mismatch) << e.what();
+          EXPECT_NE(e.message().find("rank 1: the averaged gradients"), std::string::npos)
+              << e.what();
+        }
+      },
+      run_options({"TANDEM_DEBUG=DETAIL", "TANDEM_DEBUG_SUBSYS=DDP"})));
+}
+
 }  // namespace
 }  // namespace tandem::ddptest

@@ -200,7 +200,7 @@ TEST_P(Fault, DebugModeReportsEveryRanksCall) {
               << e.what();
           if (e.code() == ErrorCode::Mismatch) {
             EXPECT_TRUE(contains(e.message(),
-                                 "ranks 0-1: allreduce #1 f32 x 1000 sum; rank 2: "
+                                 "ranks 0,1: allreduce #1 f32 x 1000 sum; rank 2: "
                                  "broadcast #1 f32 x 1000 root 0"))
                 << e.what();
           }

@@ -1,5 +1,6 @@
 #include "agent.hpp"
 
+#include "culprit.hpp"
 #include "output.hpp"
 
 #include <tandem/error.hpp>
@@ -356,6 +357,11 @@ Verdict Agent::coordinate_verdict(const RoundEnd& end, const NodeReport& mine) {
   Verdict v = decide(end, std::move(reports), std::move(lost), std::move(lost_hosts), round_,
                      options_.max_restarts);
   fill(v);
+  try {
+    v.collectives = collective_report(store, round_, assignment_.world_size, v.reports);
+  } catch (const Error& e) {
+    TANDEM_WARN(run, "tandemrun: could not read the workers' collective reports: {}", e.message());
+  }
   store.set(keys.verdict(round_), v.to_json());
   return v;
 }

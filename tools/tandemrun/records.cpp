@@ -251,6 +251,7 @@ std::string Verdict::to_json() const {
          {"end", end_json(end)},     {"lost_nodes", lost_nodes},
          {"lost_hosts", lost_hosts}, {"reports", reps}};
   j["root"] = root ? worker_json(*root) : json();
+  j["collectives"] = collectives;
   return j.dump();
 }
 
@@ -270,6 +271,7 @@ Verdict Verdict::from_json(const std::string& text) {
     v.lost_nodes = j.at("lost_nodes").get<std::vector<int>>();
     v.lost_hosts = j.at("lost_hosts").get<std::vector<std::string>>();
     for (const auto& r : j.at("reports")) v.reports.push_back(report_from(r));
+    v.collectives = j.value("collectives", std::vector<std::string>{});
     return v;
   });
 }
@@ -391,6 +393,10 @@ std::string format_summary(const Verdict& v) {
                      i < v.lost_hosts.size() ? v.lost_hosts[i] : std::string("?"));
   }
   if (!any) s += "  (none)\n";
+  if (!v.collectives.empty()) {
+    s += fmt::format("{}\nCollectives (the workers' last reports):\n", thin);
+    for (const auto& line : v.collectives) s += fmt::format("  {}\n", line);
+  }
   if (v.max_restarts > 0) {
     s += fmt::format("{}\nRestarts: {} of {} used{}\n", thin, std::min(v.round, v.max_restarts),
                      v.max_restarts,

@@ -76,11 +76,12 @@ struct Verdict {
   std::string program;
   int nnodes = 1;
   int world_size = 0;
-  RoundEnd end;                         ///< how the round ended
-  std::optional<WorkerRecord> root;     ///< the worker that failed first, if any
-  std::vector<int> lost_nodes;          ///< nodes that did not report
-  std::vector<std::string> lost_hosts;  ///< their host names
-  std::vector<NodeReport> reports;      ///< by node rank
+  RoundEnd end;                          ///< how the round ended
+  std::optional<WorkerRecord> root;      ///< the worker that failed first, if any
+  std::vector<int> lost_nodes;           ///< nodes that did not report
+  std::vector<std::string> lost_hosts;   ///< their host names
+  std::vector<NodeReport> reports;       ///< by node rank
+  std::vector<std::string> collectives;  ///< what the workers' communicators reported
 
   std::string to_json() const;
   static Verdict from_json(const std::string& text);

@@ -37,30 +37,23 @@ struct Handshake {
   enum class State { connecting, writing, reading } state = State::reading;
   std::string out;
   std::size_t out_done = 0;
-  HelloHead head{};
-  std::size_t head_done = 0;
-  std::array<char, kMaxTokenBytes> token_buf{};
-  std::size_t token_done = 0;
+  HelloHead head{};  // valid once read_hello() returned true
+  std::array<std::byte, sizeof(HelloHead) + kMaxTokenBytes> in{};
+  std::size_t in_done = 0;
   std::string where;
 
-  std::string_view token() const noexcept { return {token_buf.data(), token_done}; }
+  std::string_view token() const noexcept { return parse_hello({in.data(), in_done}).token; }
 
   // True once the peer's HELLO is complete (or malformed enough to reject). Otherwise errno
   // in *err (0: try again later; -1: EOF).
   bool read_hello(int* err) {
     for (;;) {
-      std::byte* dst = nullptr;
-      std::size_t want = 0;
-      if (head_done < sizeof head) {
-        dst = reinterpret_cast<std::byte*>(&head) + head_done;
-        want = sizeof head - head_done;
-      } else {
-        if (head.magic != kHelloMagic || head.token_bytes > kMaxTokenBytes) return true;
-        if (token_done == head.token_bytes) return true;
-        dst = reinterpret_cast<std::byte*>(token_buf.data()) + token_done;
-        want = head.token_bytes - token_done;
+      const HelloParse p = parse_hello({in.data(), in_done});
+      if (p.need == 0) {
+        head = p.head;
+        return true;
       }
-      const ssize_t n = ::recv(fd.get(), dst, want, MSG_DONTWAIT);
+      const ssize_t n = ::recv(fd.get(), in.data() + in_done, p.need, MSG_DONTWAIT);
       if (n == 0) {
         *err = -1;
         return false;
@@ -69,7 +62,7 @@ struct Handshake {
         *err = (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? 0 : errno;
         return false;
       }
-      (head_done < sizeof head ? head_done : token_done) += static_cast<std::size_t>(n);
+      in_done += static_cast<std::size_t>(n);
     }
   }
   // True once everything is written; errno in *err.
@@ -115,8 +108,8 @@ Context::Context(int rank, int size, std::string address, std::string token)
   port_ = net::bound_port(listener_.get());
 }
 
-std::vector<PeerSockets> Context::connect_all(const std::vector<Target>& targets,
-                                              Deadline deadline) {
+std::vector<PeerSockets> Context::connect_all(const std::vector<Target>& targets, Deadline deadline,
+                                              const std::function<void()>& check_peers) {
   const auto start = Clock::now();
   std::vector<PeerSockets> result(static_cast<std::size_t>(size_));
   std::map<std::pair<int, int>, net::Fd> accepted;
@@ -262,6 +255,7 @@ std::vector<PeerSockets> Context::connect_all(const std::vector<Target>& targets
 
   std::vector<pollfd> pfds;
   std::vector<std::size_t> polled_out;
+  auto next_check = start + kLivenessPoll;
   for (;;) {
     auto now = Clock::now();
     Clock::time_point wake = deadline;
@@ -274,6 +268,13 @@ std::vector<PeerSockets> Context::connect_all(const std::vector<Target>& targets
     }
     if (all_out && accepted.size() == incoming_expected) break;
     if (now >= deadline) break;
+    if (check_peers) {
+      if (now >= next_check) {
+        check_peers();  // a rank that died will never connect
+        next_check = now + kLivenessPoll;
+      }
+      wake = std::min(wake, next_check);
+    }
 
     pfds.clear();
     pfds.push_back({listener_.get(), POLLIN, 0});

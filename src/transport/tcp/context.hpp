@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,7 +41,10 @@ class Context {
 
   /// Connects every pair (self and unreachable entries of `targets` are ignored), then closes
   /// the listener. Throws Error(Timeout) at `deadline` naming the ranks still missing.
-  std::vector<PeerSockets> connect_all(const std::vector<Target>& targets, Deadline deadline);
+  /// `check_peers` (when set) runs every kLivenessPoll while connections are missing and
+  /// throws when a rank is gone.
+  std::vector<PeerSockets> connect_all(const std::vector<Target>& targets, Deadline deadline,
+                                       const std::function<void()>& check_peers = {});
 
   std::unique_ptr<transport::Endpoint> make_endpoint(int peer, std::vector<net::Fd> data,
                                                      PeerFailureHandler& failures) const;

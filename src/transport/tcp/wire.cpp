@@ -8,6 +8,7 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <cstring>
 #include <ifaddrs.h>
@@ -28,15 +29,24 @@ std::string encode_hello(int from, int to, int world, int purpose, std::string_v
   return out;
 }
 
-bool token_equal(std::string_view a, std::string_view b) noexcept {
-  const std::size_t n = a.size() > b.size() ? a.size() : b.size();
-  unsigned diff = a.size() == b.size() ? 0u : 1u;
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0u;
-    const auto y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0u;
-    diff |= x ^ y;
+HelloParse parse_hello(std::span<const std::byte> bytes) noexcept {
+  HelloParse p;
+  if (bytes.size() < sizeof p.head) {
+    p.need = sizeof p.head - bytes.size();
+    return p;
   }
-  return diff == 0;
+  std::memcpy(&p.head, bytes.data(), sizeof p.head);
+  p.have_head = true;
+  if (p.head.magic != kHelloMagic || p.head.token_bytes > kMaxTokenBytes) return p;
+  const std::size_t have = bytes.size() - sizeof p.head;
+  const std::size_t take = std::min<std::size_t>(have, p.head.token_bytes);
+  p.token = {reinterpret_cast<const char*>(bytes.data()) + sizeof p.head, take};
+  p.need = p.head.token_bytes - take;
+  return p;
+}
+
+bool token_equal(std::string_view a, std::string_view b) noexcept {
+  return net::constant_time_equal(a, b);
 }
 
 std::string check_hello(const HelloHead& head, std::string_view token, int self, int world,
@@ -66,7 +76,21 @@ std::string check_hello(const HelloHead& head, std::string_view token, int self,
 void tune_socket(int fd, bool data, bool same_host) {
   net::set_nonblocking(fd, true);
   net::set_nodelay(fd, true);
-  if (!data) return;
+  if (!data) {
+    // The control connection to another host is the link's liveness check: a cut cable or a
+    // vanished host otherwise goes unnoticed (its data streams retransmit for ~15 minutes)
+    // until TANDEM_TIMEOUT. Keepalive probes an idle connection, and the user timeout ends it
+    // (ETIMEDOUT: PeerLost) once nothing came back for kLinkSilence. Data streams get
+    // neither: there the user timeout also ends a healthy connection whose receiver merely
+    // stopped reading (a zero window) for that long, i.e. a rank that is late.
+    if (!same_host) {
+      net::set_keepalive(fd, kKeepaliveIdle, kKeepaliveIdle, kLinkSilence / kKeepaliveIdle);
+      const unsigned ms = kLinkSilence * 1000;
+      if (::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms) != 0)
+        TANDEM_DETAIL(tcp, "cannot set TCP_USER_TIMEOUT: {}", errno_text(errno));
+    }
+    return;
+  }
   net::set_buffer_sizes(fd, kSocketBuffer, kSocketBuffer);
   // Over loopback there is no congestion to control, and a pacing algorithm (bbr, a common
   // default) throttles a local stream to its own bandwidth estimate: a 2-rank allreduce on

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -31,6 +32,18 @@ struct HelloHead {
 static_assert(sizeof(HelloHead) == 24);
 
 std::string encode_hello(int from, int to, int world, int purpose, std::string_view token);
+
+/// A HELLO as far as it has been received. `need` is how many more bytes to read before it
+/// can be checked: 0 once it is complete, and also as soon as the head shows it cannot be
+/// valid (foreign magic, a token over kMaxTokenBytes), so that nothing more is read from
+/// a stranger. `token` points into the parsed bytes.
+struct HelloParse {
+  HelloHead head{};
+  bool have_head = false;
+  std::string_view token;
+  std::size_t need = 0;
+};
+HelloParse parse_hello(std::span<const std::byte> bytes) noexcept;
 /// Why `head` + `token` is not a valid HELLO for the receiving rank `self` of `world`
 /// (empty when it is). The token comparison takes the same time wherever they differ.
 std::string check_hello(const HelloHead& head, std::string_view token, int self, int world,
@@ -80,8 +93,14 @@ constexpr Part part_of(std::uint64_t bytes, int k, int streams) noexcept {
 /// Socket buffer size of data streams (the usual kernel cap of net.core.[rw]mem_max).
 inline constexpr std::size_t kSocketBuffer = 4u << 20;
 
+/// Seconds without any answer after which the control connection to a peer on another host
+/// fails (a cut link or a vanished host: PeerLost), and the idle time between keepalive probes.
+inline constexpr int kLinkSilence = 10;
+inline constexpr int kKeepaliveIdle = 2;
+
 /// Non-blocking, TCP_NODELAY; data streams get large buffers and, between two ranks of one
-/// host, a congestion control that does not pace (see wire.cpp).
+/// host, a congestion control that does not pace; control connections to another host get
+/// keepalive and a user timeout of kLinkSilence (see wire.cpp).
 void tune_socket(int fd, bool data, bool same_host);
 /// The IPv4 address of interface `ifname`; throws Error(InvalidArgument) listing the
 /// interfaces there are.

@@ -169,6 +169,7 @@ TEST(Settings, DeclaresExactlyTheDocumentedNamesTypesAndDefaults) {
       {"TANDEM_SHM_DISABLE", {Type::boolean, "0"}},
       {"TANDEM_SOCKETS_PER_PEER", {Type::integer, "1"}},
       {"TANDEM_SPIN_US", {Type::integer, "50"}},
+      {"TANDEM_STALL_WARN", {Type::seconds, "60"}},
       {"TANDEM_STORE_TOKEN", {Type::string, ""}},
       {"TANDEM_STORE_ADDR", {Type::string, ""}},
       {"TANDEM_RUN_ID", {Type::string, ""}},

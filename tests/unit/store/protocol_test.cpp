@@ -158,7 +158,7 @@ TEST(StoreProtocol, RejectsBadHeadersAsSoonAsTheHeaderIsIn) {
       {with_header(kMagic, 2, 2, 0, 0), "version"},
       {with_header(kMagic, 0, 2, 0, 0), "version"},
       {with_header(kMagic, kVersion, 0, 0, 0), "unknown frame type"},
-      {with_header(kMagic, kVersion, 10, 0, 0), "unknown frame type"},
+      {with_header(kMagic, kVersion, 11, 0, 0), "unknown frame type"},
       {with_header(kMagic, kVersion, 200, 0, 0), "unknown frame type"},
       {with_header(kMagic, kVersion, 2, 1, 0), "reserved"},
       {with_header(kMagic, kVersion, 2, 0, 0xffffffffu), "exceeds the limit"},

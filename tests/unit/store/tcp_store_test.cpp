@@ -123,6 +123,51 @@ TEST(TcpStore, WrongTokenIsUnauthenticated) {
   expect_serves(server);
 }
 
+// A client that disconnects (dies) has its registered keys set; one that cancels does not.
+TEST(TcpStore, OnDisconnectSetsTheKeysOfAClosedConnection) {
+  TcpStoreServer server(server_options());
+  TcpStore watcher("127.0.0.1", server.port(), client_options());
+  {
+    TcpStore dying("127.0.0.1", server.port(), client_options());
+    EXPECT_TRUE(dying.set_on_disconnect("lost", "rank 3 on hostb (pid 42)"));
+    EXPECT_TRUE(dying.set_on_disconnect("also", "x"));
+    EXPECT_TRUE(dying.set_on_disconnect("also", "y"));  // replaces
+    EXPECT_TRUE(dying.set_on_disconnect("cancelled", "z"));
+    EXPECT_TRUE(dying.set_on_disconnect("cancelled", ""));
+    const std::string lost[] = {"lost"};
+    EXPECT_FALSE(watcher.check(lost));
+  }
+  // A waiter is woken by the disconnect, not by a poll.
+  EXPECT_EQ(watcher.get("lost", deadline_in(20s)), "rank 3 on hostb (pid 42)");
+  EXPECT_EQ(watcher.get("also", deadline_in(20s)), "y");
+  const std::string cancelled[] = {"cancelled"};
+  EXPECT_FALSE(watcher.check(cancelled));
+}
+
+TEST(TcpStore, OnDisconnectIsBoundedPerConnection) {
+  TcpStoreServer server(server_options());
+  TcpStore client("127.0.0.1", server.port(), client_options());
+  for (int i = 0; i < 64; ++i) client.set_on_disconnect(fmt::format("k{}", i), "v");
+  const auto msg = expect_error(ErrorCode::InvalidArgument,
+                                [&] { client.set_on_disconnect("one-too-many", "v"); });
+  EXPECT_TRUE(contains(msg, "limit")) << msg;
+  client.set("still", "usable");  // an error reply, not a closed connection
+  EXPECT_EQ(client.get("still", deadline_in(10s)), "usable");
+}
+
+TEST(PrefixStore, OnDisconnectIsPrefixedAndOtherStoresDecline) {
+  TcpStoreServer server(server_options());
+  TcpStore watcher("127.0.0.1", server.port(), client_options());
+  {
+    auto base = std::make_shared<TcpStore>("127.0.0.1", server.port(), client_options());
+    PrefixStore prefixed("job", base);
+    EXPECT_TRUE(prefixed.set_on_disconnect("lost", "gone"));
+  }
+  EXPECT_EQ(watcher.get("job/lost", deadline_in(20s)), "gone");
+  HashStore hash;
+  EXPECT_FALSE(hash.set_on_disconnect("lost", "gone"));
+}
+
 TEST(TcpStore, TokenFromEnvironment) {
   TcpStoreServer server(server_options());
   ::setenv("TANDEM_STORE_TOKEN", kToken, 1);

@@ -1,0 +1,153 @@
+#pragma once
+// The monitor of one communicator: a thread that wakes twice a second, publishes this
+// rank's progress to the store while it changes, and, when a collective has run longer than
+// TANDEM_STALL_WARN, reads every rank's progress and logs who has not entered it. It never
+// touches the mesh: the executor hands it the progress through a sequence lock (two stores
+// per collective), so the collectives' hot path pays a few nanoseconds for it.
+//
+// Every store call happens on the monitor's thread, and nobody waits for that thread longer
+// than a few seconds: the store may sit behind the same cut link that failed the collective.
+// The thread shares ownership of the monitor, so when stop() gives up on it, it finishes
+// alone and the monitor goes with it.
+
+#include "comm/progress.hpp"
+
+#include <tandem/communicator.hpp>
+#include <tandem/store.hpp>
+#include <tandem/types.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace tandem::comm {
+
+class FlightRecorder;
+
+class Monitor : public std::enable_shared_from_this<Monitor> {
+ public:
+  /// Starts the monitor thread. `store`: the communicator's (prefixed) store. `stall_warn`
+  /// zero: no stall report.
+  static std::shared_ptr<Monitor> start(std::shared_ptr<store::Store> store, int rank, int size,
+                                        std::string name, std::chrono::nanoseconds stall_warn,
+                                        std::chrono::milliseconds timeout);
+  /// Called (on the monitor's thread, never after stop() returned) when the ranks' progress
+  /// shows that they are inside the same collective with different calls: a mismatch that
+  /// left every rank waiting, which the fingerprints cannot see because no message met a
+  /// receive. The communicator poisons itself with it.
+  using MismatchHandler = std::function<void(const std::string& what)>;
+  void on_mismatch(MismatchHandler handler) {
+    std::lock_guard lock(mutex_);
+    on_mismatch_ = std::move(handler);
+  }
+  /// A collective that runs this long makes the monitor compare the ranks' calls (then after
+  /// twice as long, and so on).
+  static constexpr auto kFirstProbe = std::chrono::seconds(1);
+
+  /// Use start().
+  Monitor(std::shared_ptr<store::Store> store, int rank, int size, std::string name,
+          std::chrono::nanoseconds stall_warn, std::chrono::milliseconds timeout);
+  ~Monitor();
+  Monitor(const Monitor&) = delete;
+  Monitor& operator=(const Monitor&) = delete;
+
+  /// Stops the thread: waits for it up to kStopWait (it may be inside a store call), then
+  /// leaves it to finish on its own. Idempotent.
+  void stop() noexcept;
+
+  static constexpr auto kStopWait = std::chrono::seconds(2);
+  static constexpr auto kPublishWait = std::chrono::seconds(2);
+
+  /// The owner of the mesh enters collective `seq` (started at `start`).
+  void entered(CollectiveKind kind, DataType dtype, std::size_t count, int root, std::uint64_t seq,
+               Clock::time_point start) noexcept {
+    begin_write();
+    kind_.store(static_cast<std::uint32_t>(kind) | static_cast<std::uint32_t>(dtype) << 8,
+                std::memory_order_relaxed);
+    root_.store(root, std::memory_order_relaxed);
+    count_.store(count, std::memory_order_relaxed);
+    start_.store(start.time_since_epoch().count(), std::memory_order_relaxed);
+    entered_.store(seq + 1, std::memory_order_relaxed);
+    end_write();
+  }
+  /// Collective `seq` completed.
+  void completed(std::uint64_t seq) noexcept {
+    begin_write();
+    done_.store(seq + 1, std::memory_order_relaxed);
+    end_write();
+  }
+
+  /// The communicator failed: has the record with `error` and the flight recorder (null when
+  /// the caller does not own it) published, waiting up to kPublishWait for it: the caller is
+  /// about to report the error, and the process may exit soon after.
+  void publish_failure(const std::string& error, const FlightRecorder* recorder) noexcept;
+
+  /// After a failure: has the monitor thread wait until `deadline` for every rank's failure
+  /// record (falling back on its progress record) and diagnose() them; waits for the answer
+  /// until `deadline` + kPublishWait, then gives up (nullopt).
+  std::optional<std::string> diagnose_failure(Deadline deadline);
+
+  /// This rank's record as of now.
+  ProgressRecord snapshot() const;
+
+  /// Store keys (under the communicator's prefix).
+  static std::string progress_key(int rank);
+  static std::string flight_key(int rank);
+
+ private:
+  void begin_write() noexcept {
+    const auto v = version_.load(std::memory_order_relaxed);
+    version_.store(v + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+  }
+  void end_write() noexcept { version_.fetch_add(1, std::memory_order_release); }
+
+  void run();
+  void publish(const std::string& key, const std::string& text) noexcept;
+  void report_stall(const ProgressRecord& mine);
+  /// Every rank's record: its failure record if it published one, else its progress.
+  std::vector<std::optional<ProgressRecord>> read_records(const ProgressRecord& mine,
+                                                          Deadline deadline);
+  void probe_mismatch(const ProgressRecord& mine);
+  std::optional<std::string> diagnose_now(Deadline deadline);
+
+  std::shared_ptr<store::Store> store_;
+  const int rank_;
+  const int size_;
+  const std::string name_;
+  const std::string host_;
+  const std::chrono::nanoseconds stall_warn_;
+  const std::chrono::milliseconds timeout_;
+  const std::chrono::milliseconds interval_;
+
+  std::atomic<std::uint64_t> version_{0};
+  std::atomic<std::uint64_t> entered_{0};
+  std::atomic<std::uint64_t> done_{0};
+  std::atomic<std::uint32_t> kind_{0};
+  std::atomic<int> root_{0};
+  std::atomic<std::uint64_t> count_{0};
+  std::atomic<Clock::rep> start_{0};
+
+  std::uint64_t warned_ = 0;  ///< the collective (entered) last reported as stalled
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool exited_ = false;
+  std::string failure_;                      ///< encoded failure record waiting for the thread
+  std::optional<Deadline> diagnosis_until_;  ///< a diagnosis asked of the thread
+  std::optional<std::string> diagnosis_;     ///< its answer
+  bool diagnosis_done_ = false;
+  MismatchHandler on_mismatch_;
+  std::uint64_t probed_entered_ = 0;          ///< the collective the probe times refer to
+  Clock::duration next_probe_ = kFirstProbe;  ///< age of that collective at the next probe
+  bool failure_published_ = false;
+  std::thread thread_;
+};
+
+}  // namespace tandem::comm
