@@ -102,9 +102,16 @@ Key bool_key(std::string_view name, Get get) {
           [get](const Config& c) { return get(c) ? "true" : "false"; }};
 }
 
+// A YAML double-quoted scalar that reads back as `s`: control characters are escaped (a raw
+// newline would be folded into a space).
 std::string quoted(const std::string& s) {
   std::string out = "\"";
   for (char ch : s) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (u < 0x20 || u == 0x7f) {
+      out += fmt::format("\\x{:02x}", u);
+      continue;
+    }
     if (ch == '"' || ch == '\\') out += '\\';
     out += ch;
   }
@@ -143,6 +150,27 @@ Key choice_key(std::string_view name, std::string_view expected, std::array<E, N
             return false;
           },
           [get](const Config& c) { return std::string(choice_name(get(c))); }};
+}
+
+// fault.kill_at_step: an integer, or "random".
+Key kill_at_step_key() {
+  return {"fault.kill_at_step", "an integer >= 0, or random",
+          [](Config& c, std::string_view s) {
+            if (trim(s) == "random") {
+              c.fault.kill_at_step = 0;
+              c.fault.kill_at_random = true;
+              return true;
+            }
+            const auto v = parse_uint(s);
+            if (!v) return false;
+            c.fault.kill_at_step = *v;
+            c.fault.kill_at_random = false;
+            return true;
+          },
+          [](const Config& c) {
+            return c.fault.kill_at_random ? std::string("random")
+                                          : fmt::format("{}", c.fault.kill_at_step);
+          }};
 }
 
 const std::vector<Key>& keys() {
@@ -226,6 +254,11 @@ const std::vector<Key>& keys() {
           "checkpoint.resume", [](auto& c) -> auto& { return c.checkpoint.resume; }),
       uint_key(
           "checkpoint.keep_last", 1, [](auto& c) -> auto& { return c.checkpoint.keep_last; }),
+      uint_key(
+          "fault.kill_rank", 0, [](auto& c) -> auto& { return c.fault.kill_rank; }),
+      kill_at_step_key(),
+      uint_key(
+          "fault.seed", 0, [](auto& c) -> auto& { return c.fault.seed; }),
       string_key(
           "log.metrics", [](auto& c) -> auto& { return c.log.metrics; }),
       choice_key(
@@ -323,6 +356,16 @@ std::string mark_of(std::string_view source, const YAML::Node& node) {
   return fmt::format("{}:{}", source, m.line + 1);
 }
 
+// A mapping key as text. YAML allows any node as a key ("? [a, b]: 1"); as<std::string>()
+// would throw YAML's own exception for those.
+std::string key_text(std::string_view source, const YAML::Node& key) {
+  if (!key.IsScalar())
+    TANDEM_THROW(ErrorCode::InvalidArgument, "{}: a key must be a plain name, not a {}",
+                 mark_of(source, key),
+                 key.IsSequence() ? "list" : (key.IsMap() ? "mapping" : "null"));
+  return key.Scalar();
+}
+
 void apply_yaml(Config& config, const YAML::Node& root, std::string_view source) {
   if (!root || root.IsNull()) return;  // an empty file: every default
   if (!root.IsMap()) {
@@ -332,7 +375,7 @@ void apply_yaml(Config& config, const YAML::Node& root, std::string_view source)
                  root.IsSequence() ? "list" : "single value");
   }
   for (const auto& section : root) {
-    const std::string name = section.first.as<std::string>();
+    const std::string name = key_text(source, section.first);
     const YAML::Node& body = section.second;
     const auto all = sections();
     if (std::find(all.begin(), all.end(), name) == all.end()) {
@@ -345,7 +388,7 @@ void apply_yaml(Config& config, const YAML::Node& root, std::string_view source)
                    mark_of(source, section.first), name, name);
     }
     for (const auto& entry : body) {
-      const std::string key = name + "." + entry.first.as<std::string>();
+      const std::string key = name + "." + key_text(source, entry.first);
       const std::string where = mark_of(source, entry.first);
       const YAML::Node& value = entry.second;
       if (find_key(key) == nullptr) unknown_key(where, key);

@@ -68,6 +68,18 @@ struct CheckpointConfig {
   std::uint64_t keep_last = 2;
 };
 
+/// Fault injection, to see a failure recovered: one rank SIGKILLs itself once, in the first
+/// round of a run (a launcher's restarts go on undisturbed).
+struct FaultConfig {
+  /// The rank that kills itself.
+  std::uint64_t kill_rank = 0;
+  /// The optimizer step after which it does (0: never).
+  std::uint64_t kill_at_step = 0;
+  /// kill_at_step is "random": a step drawn from `seed` (the same on every rank).
+  bool kill_at_random = false;
+  std::uint64_t seed = 1;
+};
+
 struct LogConfig {
   std::string metrics;  // empty: no metrics file; otherwise .csv or .json
   ProgressMode progress = ProgressMode::auto_detect;
@@ -79,6 +91,7 @@ struct Config {
   TrainingConfig training;
   DdpConfig ddp;
   CheckpointConfig checkpoint;
+  FaultConfig fault;
   LogConfig log;
   /// Where each key that was given got its value ("config.yaml:12", "-o", "--data"); keys
   /// left at their built-in default are absent.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <random>
 
 namespace fashion_mnist {
 
@@ -21,6 +22,23 @@ double scale_lr(double lr, std::uint64_t batch, std::uint64_t reference_batch, L
       return lr;
   }
   return lr;
+}
+
+std::optional<std::uint64_t> planned_kill(const Config& config, int rank, int world_size,
+                                          std::uint64_t last_step, std::int64_t restart_count) {
+  const FaultConfig& f = config.fault;
+  if (f.kill_at_step == 0 && !f.kill_at_random) return std::nullopt;
+  if (f.kill_rank >= static_cast<std::uint64_t>(world_size)) {
+    TANDEM_THROW(tandem::ErrorCode::InvalidArgument,
+                 "fault.kill_rank {} (set at {}) is not a rank of this run of {} rank{}: use 0 to "
+                 "{}",
+                 f.kill_rank, config.where("fault.kill_rank"), world_size,
+                 world_size == 1 ? "" : "s", world_size - 1);
+  }
+  if (restart_count > 0 || f.kill_rank != static_cast<std::uint64_t>(rank)) return std::nullopt;
+  if (!f.kill_at_random) return f.kill_at_step;
+  std::mt19937_64 gen(f.seed);
+  return 1 + gen() % std::max<std::uint64_t>(1, last_step - std::min<std::uint64_t>(last_step, 1));
 }
 
 Setup resolve_setup(const Config& config, int world_size) {

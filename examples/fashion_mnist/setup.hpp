@@ -5,6 +5,7 @@
 #include "config.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace fashion_mnist {
@@ -33,6 +34,13 @@ double scale_lr(double lr, std::uint64_t batch, std::uint64_t reference_batch, L
 /// training.batch_size cannot be split evenly across `world_size` ranks, naming the nearest
 /// valid values.
 Setup resolve_setup(const Config& config, int world_size);
+
+/// The optimizer step after which this rank SIGKILLs itself (config.fault), or nullopt: no
+/// fault configured, another rank's, or not this round (restart_count > 0: a restarted run
+/// goes on). A random step lies in [1, last_step - 1] and is the same on every rank. Throws
+/// tandem::Error(InvalidArgument) when fault.kill_rank is not a rank of the run.
+std::optional<std::uint64_t> planned_kill(const Config& config, int rank, int world_size,
+                                          std::uint64_t last_step, std::int64_t restart_count);
 
 /// The learning rate of each optimizer step: a linear warmup from peak/warmup_steps to peak
 /// over the first warmup_steps steps, then constant or a cosine decay that reaches 0 at

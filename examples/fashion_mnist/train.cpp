@@ -7,14 +7,19 @@
 #include "trainer.hpp"
 
 #include <tandem/error.hpp>
+#include <tandem/settings.hpp>
 #include <tandem/torch.hpp>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <charconv>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <optional>
 
 namespace fashion_mnist {
@@ -76,6 +81,16 @@ std::string describe_buckets(const tandem::ddp::ReducerStats& stats) {
                      stats.buckets.size() == 1 ? "" : "s", sizes);
 }
 
+// Restarts of the workers so far: tandemrun's TANDEM_RESTART_COUNT, or torchrun's
+// TORCHELASTIC_RESTART_COUNT.
+std::int64_t restart_count() {
+  std::int64_t n = tandem::settings::get_int("TANDEM_RESTART_COUNT");
+  if (const char* t = std::getenv("TORCHELASTIC_RESTART_COUNT"); n == 0 && t != nullptr) {
+    if (std::from_chars(t, t + std::strlen(t), n).ec != std::errc()) n = 0;
+  }
+  return n;
+}
+
 void set_lr(torch::optim::Optimizer& opt, double lr) {
   for (auto& group : opt.param_groups()) {
     static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
@@ -108,6 +123,8 @@ void train(const Config& config, const Setup& setup,
   const std::uint64_t last_step =
       t.max_steps != 0 ? std::min(t.max_steps, total_steps) : total_steps;
   const LrSchedule schedule{setup.lr, t.warmup_steps, total_steps, t.lr_decay};
+  const auto kill_at =
+      planned_kill(config, comm->rank(), setup.world_size, last_step, restart_count());
 
   Net net;
   torch::optim::SGD optimizer(
@@ -239,6 +256,14 @@ void train(const Config& config, const Setup& setup,
       scaler.update();
       sampler.advance(step_images);
       ++step;
+      if (kill_at == step) {
+        std::fprintf(stderr,
+                     "fashion_mnist: rank %d: fault.kill_at_step: killing this rank with SIGKILL "
+                     "after step %llu\n",
+                     comm->rank(), static_cast<unsigned long long>(step));
+        std::fflush(stderr);
+        std::raise(SIGKILL);
+      }
       evaluated = false;
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
       timer.add(seconds);

@@ -26,10 +26,18 @@
 
 namespace tandem::torch {
 
+namespace detail {
+WriteProbe& write_probe() noexcept {
+  static WriteProbe instance;
+  return instance;
+}
+}  // namespace detail
+
 namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using detail::probe;
 using detail::read_bounded;
 using detail::write_atomically;
 
@@ -94,6 +102,26 @@ std::vector<std::pair<std::uint64_t, fs::path>> list_checkpoints(const fs::path&
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   return out;
+}
+
+// Temporary files left by a writer killed mid-save ("ckpt-<step>.tdm.tmp", "latest.tmp"):
+// never read (their names are not checkpoints), removed by the next save.
+void remove_stale_temporaries(const fs::path& dir) {
+  std::vector<fs::path> stale;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const bool ours =
+        name == "latest.tmp" ||
+        (name.ends_with(".tmp") && step_of(name.substr(0, name.size() - 4)).has_value());
+    if (ours) stale.push_back(it->path());
+  }
+  for (const auto& path : stale) {
+    probe("remove", path);
+    if (!fs::remove(path, ec) && ec)
+      TANDEM_WARN(data, "checkpoint: cannot remove the stale temporary file {}: {}", path.string(),
+                  ec.message());
+  }
 }
 
 // ---- content ------------------------------------------------------------------------------
@@ -338,6 +366,7 @@ std::filesystem::path Checkpointer::save(::torch::nn::Module& module,
       if (ec)
         TANDEM_THROW(ErrorCode::Io, "checkpoint: cannot create directory {}: {}", dir_.string(),
                      ec.message());
+      remove_stale_temporaries(dir_);
       fs::path tmp = target;
       tmp += ".tmp";
       write_atomically(tmp, target, file);
@@ -350,6 +379,7 @@ std::filesystem::path Checkpointer::save(::torch::nn::Module& module,
           ++kept;
           continue;
         }
+        probe("remove", path);
         fs::remove(path, ec);
         if (ec)
           TANDEM_WARN(data, "checkpoint: cannot remove old checkpoint {}: {}", path.string(),

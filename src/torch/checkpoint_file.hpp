@@ -1,10 +1,13 @@
 #pragma once
 // Durable file I/O of checkpoints: a file written in full, fsynced and renamed over its target
-// (the directory fsynced too), and files read with a bound on their size.
+// (the directory fsynced too), and files read with a bound on their size. Also a testing-only
+// probe at every step of a write, so that tests can kill the writer between any two of them.
 
 #include <tandem/error.hpp>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
@@ -20,6 +23,25 @@ namespace fs = std::filesystem;
 
 inline std::string errno_text(int err) {
   return std::strerror(err);
+}
+
+// ---- testing only ----------------------------------------------------------------------------
+// Called before each step that changes the checkpoint directory: "open", "write" (offset: the
+// bytes already in the file), "fsync", "close", "rename", "fsync-dir", "remove" (an old
+// checkpoint or a stale temporary file). A test sets `before` in a forked child to
+// raise(SIGKILL) at its k-th call, and `chunk_bytes` to split the data into several writes.
+// Null (the default) costs one load and branch per step.
+struct WriteProbe {
+  void (*before)(std::string_view step, const std::filesystem::path& file,
+                 std::uint64_t offset) = nullptr;
+  std::size_t chunk_bytes = 0;  // 0: one write() for the whole file (as few as it takes)
+};
+// The process's probe (defined in checkpoint.cpp).
+WriteProbe& write_probe() noexcept;
+
+inline void probe(std::string_view step, const std::filesystem::path& file,
+                  std::uint64_t offset = 0) {
+  if (auto* before = write_probe().before) before(step, file, offset);
 }
 
 // An fd closed on every path.
@@ -39,6 +61,7 @@ class Fd {
 };
 
 inline void fsync_dir(const fs::path& dir) {
+  probe("fsync-dir", dir);
   Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (fd.get() < 0 || ::fsync(fd.get()) != 0)
     TANDEM_THROW(ErrorCode::Io, "checkpoint: fsync of directory {} failed: {}", dir.string(),
@@ -51,6 +74,7 @@ inline void write_atomically(const fs::path& tmp, const fs::path& target, std::s
   int err = 0;
   const char* stage = "open";
   {
+    probe("open", tmp);
     Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (fd.get() < 0) {
       TANDEM_THROW(ErrorCode::Io,
@@ -58,9 +82,13 @@ inline void write_atomically(const fs::path& tmp, const fs::path& target, std::s
                    "writable",
                    tmp.string(), errno_text(errno));
     }
+    const std::size_t chunk =
+        write_probe().chunk_bytes != 0 ? write_probe().chunk_bytes : bytes.size();
     std::size_t done = 0;
     while (done < bytes.size() && err == 0) {
-      const ssize_t n = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
+      probe("write", tmp, done);
+      const ssize_t n =
+          ::write(fd.get(), bytes.data() + done, std::min(chunk, bytes.size() - done));
       if (n > 0) {
         done += static_cast<std::size_t>(n);
       } else if (n < 0 && errno != EINTR) {
@@ -71,15 +99,18 @@ inline void write_atomically(const fs::path& tmp, const fs::path& target, std::s
         stage = "write";
       }
     }
+    if (err == 0) probe("fsync", tmp, done);
     if (err == 0 && ::fsync(fd.get()) != 0) {
       err = errno;
       stage = "fsync";
     }
+    if (err == 0) probe("close", tmp, done);
     if (err == 0 && ::close(fd.release()) != 0) {
       err = errno;
       stage = "close";
     }
   }
+  if (err == 0) probe("rename", target);
   if (err == 0 && ::rename(tmp.c_str(), target.c_str()) != 0) {
     err = errno;
     stage = "rename";

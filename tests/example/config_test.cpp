@@ -10,6 +10,8 @@
 
 #include <cmath>
 #include <fstream>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -110,7 +112,7 @@ TEST(ExampleConfig, UnknownKeysAreErrorsThatListTheValidOnes) {
 
   e = parse_error("trainig:\n  epochs: 3\n");
   EXPECT_HAS(e, "unknown key 'trainig'");
-  EXPECT_HAS(e, "valid sections are data, training, ddp, checkpoint, log");
+  EXPECT_HAS(e, "valid sections are data, training, ddp, checkpoint, fault, log");
 
   e = parse_error("", {"ddp.bucket_cap=5"});
   EXPECT_HAS(e, "-o ddp.bucket_cap=5");
@@ -194,6 +196,19 @@ TEST(ExampleConfig, MissingDataDirectoryIsNamedWithTheWayOut) {
   EXPECT_NO_THROW(check_data_dir(c));
 }
 
+TEST(ExampleConfig, KeysThatAreListsOrMappingsAreErrorsNotCrashes) {
+  // YAML allows any node as a key; found by fuzz/fuzz_config (YAML's exception escaped).
+  EXPECT_NE(parse_error("? [data, x]: 1\n").find("a key must be a plain name"), std::string::npos);
+  EXPECT_NE(parse_error("data:\n  ? {a: 1}: 2\n").find("not a mapping"), std::string::npos);
+}
+
+TEST(ExampleConfig, ToYamlReadsBackStringsWithControlCharacters) {
+  // A raw newline in a quoted string reads back as a space; found by fuzz/fuzz_config.
+  const Config c = parse_config("data:\n  dir: \"a\\nb\\tc\\x7f\"\n", "test.yaml");
+  ASSERT_EQ(c.data.dir, "a\nb\tc\x7f");
+  EXPECT_EQ(parse_config(to_yaml(c), "dump.yaml").data.dir, c.data.dir);
+}
+
 TEST(ExampleConfig, MissingFileIsAnIoError) {
   const auto e = error_of([] { load_config("/nonexistent/c.yaml"); }, tandem::ErrorCode::Io);
   EXPECT_HAS(e, "/nonexistent/c.yaml");
@@ -250,6 +265,36 @@ TEST(ExampleSetup, WarmupRampsLinearlyThenCosineDecaysToZero) {
   EXPECT_DOUBLE_EQ(warm.at(0), 0.1);
   EXPECT_DOUBLE_EQ(warm.at(2), 0.3);
   EXPECT_DOUBLE_EQ(warm.at(9), 0.3);
+}
+
+TEST(ExampleSetup, FaultKillsTheChosenRankOnceInTheFirstRoundOnly) {
+  EXPECT_FALSE(planned_kill(parse(""), 0, 2, 100, 0).has_value()) << "no fault by default";
+  const Config c = parse("fault:\n  kill_rank: 1\n  kill_at_step: 7\n");
+  EXPECT_EQ(planned_kill(c, 1, 2, 100, 0), std::optional<std::uint64_t>(7));
+  EXPECT_FALSE(planned_kill(c, 0, 2, 100, 0).has_value()) << "another rank";
+  EXPECT_FALSE(planned_kill(c, 1, 2, 100, 1).has_value()) << "a restarted round";
+  const std::string e = error_of([&] { planned_kill(c, 0, 1, 100, 0); });
+  EXPECT_HAS(e, "fault.kill_rank 1 (set at test.yaml:2) is not a rank of this run of 1 rank");
+
+  // random: a step within the run, drawn from fault.seed, the same on every rank.
+  const Config r = parse("", {"fault.kill_at_step=random", "fault.seed=5"});
+  EXPECT_TRUE(r.fault.kill_at_random);
+  EXPECT_HAS(to_yaml(r), "  kill_at_step: random\n");
+  std::vector<std::uint64_t> drawn;
+  for (std::uint64_t seed = 0; seed < 20; ++seed) {
+    const Config rs =
+        parse("", {"fault.kill_at_step=random", "fault.seed=" + std::to_string(seed)});
+    const auto at = planned_kill(rs, 0, 2, 10, 0);
+    ASSERT_TRUE(at.has_value());
+    EXPECT_GE(*at, 1u);
+    EXPECT_LE(*at, 9u);
+    EXPECT_EQ(at, planned_kill(rs, 0, 2, 10, 0));
+    drawn.push_back(*at);
+  }
+  EXPECT_GT(std::set<std::uint64_t>(drawn.begin(), drawn.end()).size(), 3u) << "not random";
+  EXPECT_EQ(parse("", {"fault.kill_at_step=random", "fault.kill_at_step=3"}).fault.kill_at_step,
+            3u);
+  EXPECT_HAS(parse_error("", {"fault.kill_at_step=soon"}), "expected an integer >= 0, or random");
 }
 
 }  // namespace

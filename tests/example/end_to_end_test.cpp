@@ -1,7 +1,8 @@
 // build/bin/fashion_mnist end to end, on a small part of Fashion-MNIST: two ranks under
 // tandemrun finish and print the result line; one rank and two ranks with the same global
 // batch train the same model (DDP equivalence); a run stopped and resumed from its checkpoint
-// equals a straight run; errors in the command line are clear.
+// equals a straight run; a rank SIGKILLed mid-run under tandemrun --max-restarts 1 is restarted
+// and the run resumes to the straight run's result; errors in the command line are clear.
 #include "tools/subprocess.hpp"
 
 #include <fmt/format.h>
@@ -36,9 +37,12 @@ std::vector<std::string> small_args(std::vector<std::string> extra) {
   return args;
 }
 
-ExampleRun run_example(int ranks, const std::vector<std::string>& args) {
+// `launcher`: more tandemrun options.
+ExampleRun run_example(int ranks, const std::vector<std::string>& args,
+                       const std::vector<std::string>& launcher = {}) {
   std::vector<std::string> argv;
   if (ranks > 0) argv = {tandemrun_path(), "--nproc-per-node", std::to_string(ranks)};
+  argv.insert(argv.end(), launcher.begin(), launcher.end());
   argv.push_back(kBinary);
   argv.insert(argv.end(), args.begin(), args.end());
   ExampleRun r;
@@ -165,6 +169,54 @@ TEST(ExampleEndToEnd, StoppedAndResumedRunEqualsAStraightRun) {
                                             << describe(second) << "\nstraight:\n"
                                             << describe(straight);
   EXPECT_NE(first.digest, straight.digest);
+}
+
+// Elastic resume: rank 1 SIGKILLs itself after step 13 of 32 (checkpoints every 5 steps) in the
+// first round; tandemrun reports it and restarts both workers, which resume from step 10 and
+// finish with the uninterrupted run's model (the resume is exact: same digest).
+TEST(ExampleEndToEnd, RankKilledMidRunIsRestartedAndResumesToTheUninterruptedResult) {
+  REQUIRE_DATA();
+  TempDir dir;
+  const auto with = [&](std::vector<std::string> extra) {
+    auto a = small_args({"-o", "training.batch_size=64", "-o", "training.epochs=2", "-o",
+                         "checkpoint.every_steps=5"});
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  const ExampleRun straight = run_example(2, with({"-o", "checkpoint.dir=" + dir.file("a")}));
+  ASSERT_EQ(straight.process.exit_code, 0) << describe(straight);
+  const std::string ckpt = dir.file("b");
+  const ExampleRun killed = run_example(2,
+                                        with({"-o", "checkpoint.dir=" + ckpt, "-o",
+                                              "fault.kill_rank=1", "-o", "fault.kill_at_step=13"}),
+                                        {"--max-restarts", "1"});
+  ASSERT_EQ(killed.process.exit_code, 0) << describe(killed);
+  const std::string& err = killed.process.err;
+  EXPECT_NE(err.find("[rank 1]: fashion_mnist: rank 1: fault.kill_at_step: killing this rank "
+                     "with SIGKILL after step 13"),
+            std::string::npos)
+      << describe(killed);
+  static const std::regex restart_re(
+      R"(tandemrun: rank 1 \(pid \d+\) was killed by SIGKILL \(9[^)]*\): restarting all 2 )"
+      R"(worker\(s\) \(restart 1 of 1\))");
+  EXPECT_TRUE(std::regex_search(err, restart_re)) << describe(killed);
+  // Once: the restarted round runs to the end.
+  const auto resumed = killed.process.out.find("[rank 0]: resumed from ");
+  EXPECT_NE(resumed, std::string::npos) << describe(killed);
+  EXPECT_EQ(killed.process.out.find("[rank 0]: resumed from ", resumed + 1), std::string::npos)
+      << describe(killed);
+  static const std::regex at_re(R"(\[rank 0\]: resumed from (\S+) at step (\d+) \(epoch 1\))");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(killed.process.out, m, at_re)) << describe(killed);
+  EXPECT_EQ(m[1].str(), ckpt);
+  EXPECT_EQ(std::stoi(m[2].str()), 10) << "the latest checkpoint before step 13";
+  EXPECT_NE(killed.result_line.find("result: world_size=2 epochs=2 steps=32 "), std::string::npos)
+      << describe(killed);
+  ASSERT_GT(straight.accuracy, 0) << describe(straight);
+  EXPECT_NEAR(killed.accuracy, straight.accuracy, 0.3) << describe(killed);
+  EXPECT_EQ(killed.digest, straight.digest) << "resumed:\n"
+                                            << describe(killed) << "\nstraight:\n"
+                                            << describe(straight);
 }
 
 TEST(ExampleEndToEnd, MissingDataDirectoryIsAClearError) {

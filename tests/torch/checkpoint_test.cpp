@@ -1,18 +1,26 @@
-// Checkpointer: round trip of everything a resumed run needs, rotation, damaged files, a run
-// killed after a save and resumed, a full disk during a save.
+// Checkpointer: round trip of everything a resumed run needs, rotation, damaged files, a
+// writer killed at every step of a save, a run killed after a save and resumed, a full disk
+// during a save.
 
+#include "torch/checkpoint_file.hpp"
 #include "torch/torch_test_util.hpp"
 
 #include <tandem/data.hpp>
 #include <tandem/error.hpp>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <chrono>
 #include <csignal>
 #include <fcntl.h>
 #include <fstream>
 #include <iterator>
+#include <poll.h>
 #include <sched.h>
 #include <string>
 #include <sys/mount.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -196,6 +204,7 @@ TEST(Checkpoint, RotationAndDamagedFiles) {
           EXPECT_TRUE(contains(e.what(), "ckpt-3.tdm") && contains(e.what(), "ckpt-2.tdm"))
               << e.what();
           EXPECT_TRUE(contains(e.what(), "truncated")) << e.what();
+          EXPECT_TRUE(contains(e.what(), "Remove the damaged files")) << e.what();
         }
 
         // One file with a bad magic number; one whose header claims an absurd length.
@@ -237,6 +246,148 @@ TEST(Checkpoint, RotationAndDamagedFiles) {
               << e.what();
         }
         EXPECT_EQ(max_diff(snapshot(*other), other_before), 0.0);
+      },
+      run_options()));
+}
+
+// ---- killed at every step of a save ----------------------------------------------------------
+
+// The probe of this process (the rank, or a writer forked from it): records the steps of a save,
+// or SIGKILLs the process at its kill_at-th call.
+struct KillPlan {
+  std::size_t kill_at = ~std::size_t{0};
+  std::size_t calls = 0;
+  std::vector<std::string>* record = nullptr;  // "step file offset"
+};
+KillPlan g_plan;
+
+void kill_probe(std::string_view step, const fs::path& file, std::uint64_t offset) {
+  if (g_plan.record != nullptr)
+    g_plan.record->push_back(fmt::format("{} {} {}", step, file.filename().string(), offset));
+  if (g_plan.calls++ == g_plan.kill_at) std::raise(SIGKILL);
+}
+
+// Waits for `pid` under a deadline (then kills it); its wait status, or -1.
+int wait_child(pid_t pid, std::chrono::milliseconds limit) {
+  const int pfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (pfd >= 0) {
+    pollfd p{pfd, POLLIN, 0};
+    const int ready = ::poll(&p, 1, static_cast<int>(limit.count()));
+    ::close(pfd);
+    if (ready <= 0) ::kill(pid, SIGKILL);
+  }
+  int status = 0;
+  return ::waitpid(pid, &status, 0) == pid ? status : -1;
+}
+
+std::size_t index_of(const std::vector<std::string>& steps, const std::string& step) {
+  const auto it = std::find(steps.begin(), steps.end(), step);
+  return static_cast<std::size_t>(it - steps.begin());
+}
+
+// A writer SIGKILLed before each step of a save in turn (open, every write chunk, fsync, close,
+// rename and directory fsync of the file and of `latest`, removal of the rotated file): a
+// fresh load then finds the previous checkpoint or the new one, whole, and the next save
+// removes what the killed one left behind.
+TEST(Checkpoint, WriterKilledAtEveryStepOfASaveLeavesThePreviousOrTheNewCheckpoint) {
+  TempDir dir;
+  testing::expect_all_ok(testing::run_ranks(
+      1,
+      [&](const testing::RankContext& ctx) {
+        auto comm = start_rank(ctx);
+        const Data data = make_data(Net::mlp, 64);
+        auto net = make_net(Net::mlp, 5);
+        DistributedDataParallel ddp(net, comm);
+        auto opt = make_sgd(*net);
+        torch::CheckpointOptions co;
+        co.keep_last = 2;
+        const fs::path base = dir.path() / "base";
+        TrainingState st;
+        for (std::uint64_t step = 1; step <= 2; ++step) {
+          train_step(ddp, net, opt, data.slice(static_cast<std::int64_t>(step) * 8, 8));
+          st.step = step;
+          Checkpointer(comm, base, co).save(*net, opt, st);
+        }
+        const auto old_params = snapshot(*net);
+        const auto old_moms = momenta(opt);
+        train_step(ddp, net, opt, data.slice(24, 8));
+        const auto new_params = snapshot(*net);
+        const auto new_moms = momenta(opt);
+        ASSERT_GT(max_diff(new_params, old_params), 0.0);
+        st.step = 3;
+
+        // A dry run lists the steps of saving step 3 over steps 1 and 2 (step 1 rotates out).
+        auto& wp = torch::detail::write_probe();
+        wp.chunk_bytes = 1500;
+        wp.before = kill_probe;
+        std::vector<std::string> steps;
+        g_plan = {~std::size_t{0}, 0, &steps};
+        fs::copy(base, dir.path() / "dry");
+        Checkpointer(comm, dir.path() / "dry", co).save(*net, opt, st);
+        g_plan = {};
+        wp.before = nullptr;
+        const std::size_t file_bytes = fs::file_size(dir.path() / "dry" / "ckpt-3.tdm");
+        std::size_t chunks = 0;
+        for (const auto& s : steps) chunks += s.starts_with("write ckpt-3.tdm.tmp ") ? 1 : 0;
+        EXPECT_EQ(chunks, (file_bytes + 1499) / 1500) << fmt::format("{}", fmt::join(steps, "\n"));
+        EXPECT_GE(chunks, 4u) << "too few byte offsets within the file";
+        const std::size_t new_file = index_of(steps, "rename ckpt-3.tdm 0");
+        const std::size_t new_latest = index_of(steps, "rename latest 0");
+        const std::size_t rotated = index_of(steps, "remove ckpt-1.tdm 0");
+        ASSERT_LT(new_file, new_latest) << fmt::format("{}", fmt::join(steps, "\n"));
+        ASSERT_LT(new_latest, rotated) << fmt::format("{}", fmt::join(steps, "\n"));
+        EXPECT_EQ(steps.at(new_file + 1), "fsync-dir dry 0");
+
+        // Kill before step k, for every k; k == steps.size() lets the save finish.
+        for (std::size_t k = 0; k <= steps.size(); ++k) {
+          const std::string at =
+              k < steps.size() ? "killed before '" + steps[k] + "'" : "not killed";
+          const fs::path d = dir.path() / fmt::format("k{}", k);
+          fs::copy(base, d);
+          const pid_t pid = ::fork();
+          ASSERT_GE(pid, 0);
+          if (pid == 0) {
+            g_plan = {k, 0, nullptr};
+            wp.before = kill_probe;
+            try {
+              Checkpointer(comm, d, co).save(*net, opt, st);
+            } catch (...) {
+              _exit(3);
+            }
+            _exit(0);
+          }
+          const int status = wait_child(pid, std::chrono::seconds(60));
+          if (k < steps.size()) {
+            EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << at << " " << status;
+          } else {
+            EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << at << " " << status;
+          }
+          // A fresh model and optimizer load the previous or the new checkpoint, whole.
+          auto fresh = make_net(Net::mlp, 99);
+          auto fresh_opt = make_sgd(*fresh);
+          Checkpointer ck(comm, d, co);
+          std::optional<TrainingState> got;
+          try {
+            got = ck.load_latest(*fresh, fresh_opt);
+          } catch (const Error& e) {
+            ADD_FAILURE() << at << ": " << e.what();
+            continue;
+          }
+          ASSERT_TRUE(got.has_value()) << at;
+          const bool is_new = k > new_latest;
+          EXPECT_EQ(got->step, is_new ? 3u : 2u) << at;
+          EXPECT_EQ(max_diff(snapshot(*fresh), is_new ? new_params : old_params), 0.0) << at;
+          EXPECT_EQ(max_diff(momenta(fresh_opt), is_new ? new_moms : old_moms), 0.0) << at;
+          EXPECT_EQ(fs::exists(d / "ckpt-1.tdm"), k <= rotated) << at;
+          // The next save clears the killed one's temporary files.
+          TrainingState next;
+          next.step = 4;
+          ck.save(*fresh, fresh_opt, next);
+          for (const auto& name : names_in(d))
+            EXPECT_FALSE(name.ends_with(".tmp")) << at << ": " << name;
+          EXPECT_EQ(read_file(d / "latest"), "ckpt-4.tdm\n") << at;
+          fs::remove_all(d);
+        }
       },
       run_options()));
 }
