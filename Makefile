@@ -1,13 +1,18 @@
 # The two commands of tandem (see README.md):
 #   make demo   install missing Debian packages (as root), build, run the main job
-#   make test   install missing Debian packages (as root), build, run the whole test suite
+#   make test   install missing Debian packages (as root), build, run the whole test suite,
+#               then again under ASan+UBSan, the threaded tests under TSan, and the fuzzers
 BUILD_DIR ?= build
 JOBS ?= 2
 BUILD_TYPE ?= RelWithDebInfo
 WERROR ?= $(if $(CI),ON,OFF)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo test clean
+FUZZ_SECONDS ?= $(if $(CI),10,20)
+STAGES_ENV = BUILD_DIR=$(BUILD_DIR) JOBS=$(JOBS) BUILD_TYPE=$(BUILD_TYPE) WERROR=$(WERROR) \
+  FUZZ_SECONDS=$(FUZZ_SECONDS)
+
+.PHONY: all deps configure build demo test test-asan test-tsan fuzz clean
 
 all: build
 
@@ -25,8 +30,22 @@ build: configure
 demo: build
 	$(BUILD_DIR)/bin/tandemrun --nproc-per-node 2 $(BUILD_DIR)/bin/fashion_mnist
 
+# The suite, then the suite under ASan+UBSan, the threaded tests under TSan and every fuzzer
+# for FUZZ_SECONDS; ends with one line "N passed, N failed" (scripts/test-stages.sh).
 test: build
-	ctest --test-dir $(BUILD_DIR) --output-on-failure --no-tests=error -j $(JOBS)
+	@$(STAGES_ENV) scripts/test-stages.sh main asan tsan fuzz
+
+test-asan: deps
+	@$(STAGES_ENV) scripts/test-stages.sh asan
+
+test-tsan: deps
+	@$(STAGES_ENV) scripts/test-stages.sh tsan
+
+fuzz: deps
+	@$(STAGES_ENV) scripts/test-stages.sh fuzz
 
 clean:
 	rm -rf $(BUILD_DIR) $(BUILD_DIR).configure.log
+	rm -rf $(BUILD_DIR)-asan $(BUILD_DIR)-tsan $(BUILD_DIR)-fuzz
+	rm -f $(BUILD_DIR)-asan.configure.log $(BUILD_DIR)-tsan.configure.log \
+	  $(BUILD_DIR)-fuzz.configure.log

@@ -9,6 +9,7 @@ packages=(
   libcli11-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev
   libhwloc-dev libhwy-dev zlib1g-dev
   iproute2 procps clang-format
+  clang libclang-rt-14-dev llvm  # libFuzzer (make fuzz), llvm-symbolizer for sanitizer reports
   python3-torch libtorch-dev dataset-fashion-mnist
 )
 [ "${1:-}" = "--list" ] && { printf '%s\n' "${packages[@]}"; exit 0; }

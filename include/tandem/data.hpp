@@ -65,6 +65,12 @@ struct IdxLimits {
 /// Error(Io) naming the file and what is wrong. A missing or unreadable file throws Error(Io).
 IdxArray read_idx(const std::filesystem::path& path, const IdxLimits& limits = {});
 
+/// Parses the bytes of a whole IDX file held in memory, gzip-compressed or plain, with every
+/// check of read_idx() (which reads the file and calls this); `name` names the data in
+/// error messages. Throws Error(Io) for anything malformed.
+IdxArray parse_idx(std::span<const std::byte> file, const IdxLimits& limits = {},
+                   std::string_view name = "<memory>");
+
 // ---- Fashion-MNIST ------------------------------------------------------------------------
 
 /// Where Debian's dataset-fashion-mnist installs the data.

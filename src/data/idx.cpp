@@ -1,6 +1,8 @@
 // IDX reader. The header is validated and the payload size bounded by what the file can
-// hold before anything is allocated from it; gzip and plain files go through zlib's gz*
-// API (which reads plain files transparently).
+// hold before anything is allocated from it. Files are parsed from memory (parse_idx), so
+// the same code reads a file and whatever bytes a fuzzer makes up; gzip is inflated there.
+
+#include "core/net.hpp"
 
 #include <tandem/data.hpp>
 #include <tandem/error.hpp>
@@ -13,10 +15,13 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <fcntl.h>
 #include <limits>
 #include <memory>
 #include <string>
+#include <sys/stat.h>
 #include <system_error>
+#include <unistd.h>
 #include <zlib.h>
 
 namespace tandem::data {
@@ -67,63 +72,37 @@ namespace {
 // more than this many uncompressed bytes (with slack for the headers).
 constexpr std::uint64_t kMaxGzipRatio = 1100;
 
-struct GzClose {
-  void operator()(gzFile f) const noexcept { gzclose(f); }
-};
-using GzFile = std::unique_ptr<gzFile_s, GzClose>;
+bool is_gzip(std::span<const std::byte> b) noexcept {
+  return b.size() >= 2 && b[0] == std::byte{0x1f} && b[1] == std::byte{0x8b};
+}
 
+// Sequential reads out of a file's bytes: copied when plain, inflated when gzip (a file
+// may hold several gzip members one after the other, as gzip and zlib's gzread allow).
 class Reader {
  public:
-  Reader(const std::filesystem::path& path) : path_(path) {
-    std::error_code ec;
-    const auto status = std::filesystem::status(path, ec);
-    if (ec || !std::filesystem::exists(status))
-      TANDEM_THROW(ErrorCode::Io, "IDX file {}: no such file", path.string());
-    if (!std::filesystem::is_regular_file(status))
-      TANDEM_THROW(ErrorCode::Io, "IDX file {}: not a regular file", path.string());
-    file_size_ = std::filesystem::file_size(path, ec);
-    if (ec)
-      TANDEM_THROW(ErrorCode::Io, "IDX file {}: cannot stat: {}", path.string(), ec.message());
-    file_.reset(gzopen(path.c_str(), "rb"));
-    if (!file_)
-      TANDEM_THROW(ErrorCode::Io, "IDX file {}: cannot open: {}", path.string(),
-                   std::generic_category().message(errno));
-    gzbuffer(file_.get(), 1u << 17);
+  Reader(std::span<const std::byte> file, std::string_view name)
+      : file_(file), name_(name), gzip_(is_gzip(file)) {
+    if (!gzip_) return;
+    if (inflateInit2(&z_, 16 + MAX_WBITS) != Z_OK)
+      TANDEM_THROW(ErrorCode::Io, "IDX file {}: cannot start zlib: out of memory", name_);
+    z_live_ = true;
+    z_.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(file_.data()));
+    z_.avail_in = 0;
   }
+  ~Reader() {
+    if (z_live_) inflateEnd(&z_);
+  }
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
 
-  const std::string& name() const noexcept { return path_str(); }
-  std::uint64_t file_size() const noexcept { return file_size_; }
-  bool compressed() { return gzdirect(file_.get()) == 0; }
+  const std::string& name() const noexcept { return name_; }
+  std::uint64_t file_size() const noexcept { return file_.size(); }
+  bool compressed() const noexcept { return gzip_; }
 
   // Reads up to n bytes; returns how many (fewer only at the end of the data).
   std::size_t read(void* dst, std::size_t n) {
-    auto* p = static_cast<unsigned char*>(dst);
-    std::size_t done = 0;
-    while (done < n) {
-      const auto want = static_cast<unsigned>(std::min<std::size_t>(n - done, 1u << 30));
-      const int got = gzread(file_.get(), p + done, want);
-      if (got < 0) {
-        int code = 0;
-        const char* msg = gzerror(file_.get(), &code);
-        TANDEM_THROW(ErrorCode::Io,
-                     "IDX file {}: corrupt or truncated gzip data after {} bytes: {} (re-download "
-                     "or reinstall the file)",
-                     path_str(), offset_ + done, msg ? msg : "unknown zlib error");
-      }
-      if (got == 0) break;
-      done += static_cast<std::size_t>(got);
-    }
-    // A gzip stream cut short (even only in its CRC/length trailer) ends the data without a
-    // negative return; zlib records it as Z_BUF_ERROR "unexpected end of file".
-    // Checked on short reads only: zlib reports it while filling its buffer, before the
-    // bytes that did arrive were handed out.
-    int code = Z_OK;
-    const char* msg = done < n ? gzerror(file_.get(), &code) : nullptr;
-    if (code != Z_OK)
-      TANDEM_THROW(ErrorCode::Io,
-                   "IDX file {}: truncated or corrupt gzip data after {} bytes: {} (re-download "
-                   "or reinstall the file)",
-                   path_str(), offset_ + done, msg ? msg : "unknown zlib error");
+    const std::size_t done = gzip_ ? inflate_to(static_cast<unsigned char*>(dst), n)
+                                   : copy_to(static_cast<std::byte*>(dst), n);
     offset_ += done;
     return done;
   }
@@ -136,16 +115,107 @@ class Reader {
   }
 
  private:
-  const std::string& path_str() const noexcept {
-    if (name_.empty()) name_ = path_.string();
-    return name_;
+  std::size_t copy_to(std::byte* dst, std::size_t n) noexcept {
+    const std::size_t take = std::min(n, file_.size() - in_pos_);
+    if (take != 0) std::memcpy(dst, file_.data() + in_pos_, take);
+    in_pos_ += take;
+    return take;
   }
-  std::filesystem::path path_;
-  mutable std::string name_;
-  GzFile file_;
-  std::uint64_t file_size_ = 0;
+
+  std::size_t inflate_to(unsigned char* dst, std::size_t n) {
+    std::size_t done = 0;
+    while (done < n && !ended_) {
+      const std::size_t in_left = file_.size() - in_pos_;
+      z_.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(file_.data() + in_pos_));
+      z_.avail_in = static_cast<uInt>(std::min<std::size_t>(in_left, 1u << 30));
+      z_.next_out = dst + done;
+      z_.avail_out = static_cast<uInt>(std::min<std::size_t>(n - done, 1u << 30));
+      const uInt in_before = z_.avail_in;
+      const uInt out_before = z_.avail_out;
+      const int rc = inflate(&z_, Z_NO_FLUSH);
+      in_pos_ += in_before - z_.avail_in;
+      done += out_before - z_.avail_out;
+      if (rc == Z_STREAM_END) {
+        next_member();
+        continue;
+      }
+      if (rc == Z_OK) continue;
+      // No progress possible: with the whole file consumed, it ended inside the stream.
+      if (rc == Z_BUF_ERROR)
+        fail(done, in_pos_ == file_.size() ? "unexpected end of file" : "no progress");
+      fail(done, rc == Z_MEM_ERROR ? "out of memory" : (z_.msg ? z_.msg : "corrupt deflate data"));
+    }
+    return done;
+  }
+
+  // After a gzip member: another one may follow; anything else is corruption.
+  void next_member() {
+    const auto rest = file_.subspan(in_pos_);
+    if (rest.empty()) {
+      ended_ = true;
+      return;
+    }
+    if (!is_gzip(rest))
+      TANDEM_THROW(ErrorCode::Io,
+                   "IDX file {}: {} bytes of non-gzip data after the compressed stream: corrupt "
+                   "file (re-download or reinstall it)",
+                   name_, rest.size());
+    inflateReset(&z_);
+  }
+
+  [[noreturn]] void fail(std::size_t done, std::string_view why) const {
+    TANDEM_THROW(ErrorCode::Io,
+                 "IDX file {}: truncated or corrupt gzip data after {} bytes: {} (re-download or "
+                 "reinstall the file)",
+                 name_, offset_ + done, why);
+  }
+
+  std::span<const std::byte> file_;
+  std::string name_;
+  bool gzip_;
+  z_stream z_{};
+  bool z_live_ = false;
+  bool ended_ = false;
+  std::size_t in_pos_ = 0;
   std::uint64_t offset_ = 0;
 };
+
+// The whole file, refused when larger than any valid IDX file within `limits` could be
+// (a gzip file is at most a little larger than its data).
+std::vector<std::byte> read_file(const std::filesystem::path& path, const IdxLimits& limits) {
+  const std::string name = path.string();
+  const net::Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd)
+    TANDEM_THROW(ErrorCode::Io, "IDX file {}: cannot open: {}", name,
+                 std::generic_category().message(errno));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0)
+    TANDEM_THROW(ErrorCode::Io, "IDX file {}: cannot stat: {}", name,
+                 std::generic_category().message(errno));
+  const std::uint64_t size = static_cast<std::uint64_t>(st.st_size);
+  const std::uint64_t max_header = 4 + 4 * std::uint64_t{255};
+  constexpr std::uint64_t kNoCap = std::numeric_limits<std::uint64_t>::max();
+  const std::uint64_t slack = limits.max_bytes / 64 + max_header + (64u << 10);
+  const std::uint64_t cap = limits.max_bytes > kNoCap - slack ? kNoCap : limits.max_bytes + slack;
+  if (size > cap)
+    TANDEM_THROW(ErrorCode::Io,
+                 "IDX file {}: {} bytes, more than any IDX file within the limit of {} bytes of "
+                 "data can have: wrong or corrupt file",
+                 name, size, limits.max_bytes);
+  std::vector<std::byte> out(static_cast<std::size_t>(size));
+  std::size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::read(fd.get(), out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      TANDEM_THROW(ErrorCode::Io, "IDX file {}: read failed after {} bytes: {}", name, done,
+                   std::generic_category().message(errno));
+    if (n == 0) break;  // shrank while being read: parsed as what is there
+    done += static_cast<std::size_t>(n);
+  }
+  out.resize(done);
+  return out;
+}
 
 bool known_type(std::uint8_t code) noexcept {
   switch (code) {
@@ -171,7 +241,20 @@ void to_host_order(std::vector<std::uint8_t>& bytes, std::size_t elem) {
 }  // namespace
 
 IdxArray read_idx(const std::filesystem::path& path, const IdxLimits& limits) {
-  Reader in(path);
+  const std::string name = path.string();
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status))
+    TANDEM_THROW(ErrorCode::Io, "IDX file {}: no such file", name);
+  if (!std::filesystem::is_regular_file(status))
+    TANDEM_THROW(ErrorCode::Io, "IDX file {}: not a regular file", name);
+  std::vector<std::byte> file = read_file(path, limits);
+  return parse_idx(file, limits, name);
+}
+
+IdxArray parse_idx(std::span<const std::byte> file, const IdxLimits& limits,
+                   std::string_view file_name) {
+  Reader in(file, file_name);
   const std::string& name = in.name();
 
   std::array<std::uint8_t, 4> magic{};

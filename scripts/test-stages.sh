@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# The stages of `make test` after the main build: its test suite, the suite under ASan+UBSan,
+# the threaded tests under TSan, and every fuzzer for a bounded time. Each stage prints its
+# own result and times; the last line counts every test and fuzzer of the stages run:
+# "N passed, N failed". Exits non-zero when anything failed (a build failure counts as one).
+#
+#   scripts/test-stages.sh [main] [asan] [tsan] [fuzz]     (default: all four)
+#
+# Environment: BUILD_DIR (build), JOBS (2), BUILD_TYPE, WERROR, FUZZ_SECONDS (20 per fuzzer).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_DIR=${BUILD_DIR:-build}
+JOBS=${JOBS:-2}
+BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo}
+WERROR=${WERROR:-OFF}
+FUZZ_SECONDS=${FUZZ_SECONDS:-20}
+# Sanitizer builds: -O1 and line tables only keep them (and CI) fast; the reports still
+# carry file:line stacks.
+SAN_OPT=${SAN_OPT:-"-O1 -g1 -DNDEBUG"}
+# ASan+UBSan runs the unit tests of every layer but the algorithm sweeps (their fake
+# transport replays every case; slow under ASan and no different in memory use from mp/),
+# the multi-process collectives and DDP. The launcher and tool tests run in the main stage.
+ASAN_DIRS=${ASAN_DIRS:-"unit/core;unit/store;unit/transport;unit/data;unit/comm;mp;ddp"}
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(main asan tsan fuzz)
+
+passed=0
+failed=0
+summary=()
+
+now() { date +%s; }
+
+# Adds the counts of a ctest run (its log in $1) to the totals; a run without a summary
+# line (ctest itself failed) counts as one failure.
+count_ctest() {
+  local log=$1 stage=$2 line
+  line=$(grep -E "tests passed, [0-9]+ tests? failed out of [0-9]+" "$log" | tail -1)
+  if [ -z "$line" ]; then
+    failed=$((failed + 1))
+    echo "$stage: ctest gave no summary" >&2
+    return
+  fi
+  local f t
+  f=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
+  t=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\2/' <<<"$line")
+  passed=$((passed + t - f))
+  failed=$((failed + f))
+}
+
+configure() {  # dir, then cmake options
+  local dir=$1
+  shift
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" -DTANDEM_WERROR="$WERROR" "$@" \
+    >"$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; return 1; }
+}
+
+# Runs ctest in a build folder, adds up its results, and leaves its seconds in run_s.
+run_s=0
+run_ctest() {  # stage, dir, then ctest options
+  local stage=$1 dir=$2
+  shift 2
+  local log="$dir/ctest-$stage.log" t0
+  t0=$(now)
+  ctest --test-dir "$dir" --output-on-failure --no-tests=error -j "$JOBS" "$@" 2>&1 | tee "$log"
+  count_ctest "$log" "$stage"
+  run_s=$(($(now) - t0))
+}
+
+stage_main() {
+  run_ctest main "$BUILD_DIR"
+  summary+=("main: tests ${run_s} s")
+}
+
+# The library and the ASAN_DIRS tests under AddressSanitizer + UndefinedBehaviorSanitizer.
+# Without LibTorch (a prebuilt, uninstrumented library, and the largest part of the build),
+# benchmarks, the install test (its consumer is not instrumented) and the style check.
+stage_asan() {
+  local dir="$BUILD_DIR-asan" t0 t1
+  t0=$(now)
+  # -Werror off: gcc's ASan instrumentation makes it warn falsely inside libstdc++
+  # (-Wmaybe-uninitialized in <regex>, -Wstringop-overflow in vector::resize).
+  if ! configure "$dir" -DTANDEM_SANITIZE=address,undefined -DTANDEM_WITH_TORCH=OFF \
+    -DTANDEM_BUILD_BENCH=OFF -DTANDEM_WERROR=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$SAN_OPT" \
+    "-DTANDEM_TEST_DIRS=$ASAN_DIRS" || ! cmake --build "$dir" -j "$JOBS"; then
+    failed=$((failed + 1))
+    summary+=("asan: BUILD FAILED")
+    return
+  fi
+  t1=$(now)
+  ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:check_initialization_order=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    run_ctest asan "$dir" -LE '^(style|install)$'
+  summary+=("asan: build $((t1 - t0)) s, tests ${run_s} s")
+}
+
+# The communicator, DDP and store tests (the threaded ones) under ThreadSanitizer.
+stage_tsan() {
+  local dir="$BUILD_DIR-tsan" t0 t1
+  t0=$(now)
+  if ! configure "$dir" -DTANDEM_SANITIZE=thread -DTANDEM_WITH_TORCH=OFF -DTANDEM_BUILD_BENCH=OFF \
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$SAN_OPT" "-DTANDEM_TEST_DIRS=mp;ddp;unit/store" ||
+    ! cmake --build "$dir" -j "$JOBS" --target test_mp test_ddp test_unit_store
+  then
+    failed=$((failed + 1))
+    summary+=("tsan: BUILD FAILED")
+    return
+  fi
+  t1=$(now)
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    run_ctest tsan "$dir" -LE '^(style|install)$'
+  summary+=("tsan: build $((t1 - t0)) s, tests ${run_s} s")
+}
+
+# Every libFuzzer target (fuzz/) for FUZZ_SECONDS from its seed corpus; a crash, leak,
+# UB or timeout fails it and leaves the input in $dir/artifacts.
+stage_fuzz() {
+  local dir="$BUILD_DIR-fuzz" t0 t1 clang
+  clang=$(command -v clang++ || command -v clang++-14 || true)
+  t0=$(now)
+  if [ -z "$clang" ] || ! configure "$dir" -DCMAKE_CXX_COMPILER="$clang" -DTANDEM_FUZZ=ON \
+    -DTANDEM_SANITIZE=address,undefined -DTANDEM_WITH_TORCH=OFF -DTANDEM_BUILD_TESTS=OFF \
+    -DTANDEM_BUILD_BENCH=OFF || ! cmake --build "$dir" -j "$JOBS" --target fuzzers; then
+    failed=$((failed + 1))
+    summary+=("fuzz: BUILD FAILED (needs clang and libclang-rt-14-dev)")
+    return
+  fi
+  t1=$(now)
+  mkdir -p "$dir/artifacts"
+  local f name corpus execs
+  for f in fuzz/fuzz_*.cpp; do
+    name=$(basename "$f" .cpp)
+    corpus="$dir/corpus/$name"  # new inputs go here, the checked-in seeds stay as they are
+    mkdir -p "$corpus"
+    if "$dir/bin/$name" -max_total_time="$FUZZ_SECONDS" -timeout=20 -rss_limit_mb=2048 \
+      -print_final_stats=1 -artifact_prefix="$dir/artifacts/$name-" "$corpus" "fuzz/corpus/$name" \
+      >"$dir/$name.log" 2>&1; then
+      passed=$((passed + 1))
+      execs=$(grep -Eo "number_of_executed_units: [0-9]+" "$dir/$name.log" | grep -Eo "[0-9]+")
+      echo "fuzz $name: passed, ${execs:-?} inputs in $FUZZ_SECONDS s"
+    else
+      failed=$((failed + 1))
+      echo "fuzz $name: FAILED (log: $dir/$name.log, input in $dir/artifacts/)"
+      grep -E -A30 "^==[0-9]+==ERROR|runtime error|deadly signal" "$dir/$name.log" | head -60
+    fi
+  done
+  summary+=("fuzz: build $((t1 - t0)) s, runs $(($(now) - t1)) s")
+}
+
+for s in "${stages[@]}"; do
+  case "$s" in
+    main | asan | tsan | fuzz) echo "=== tandem test stage: $s" ;;
+    *)
+      echo "unknown stage $s (main, asan, tsan, fuzz)" >&2
+      exit 2
+      ;;
+  esac
+  t0=$(now)
+  "stage_$s"
+  echo "=== stage $s took $(($(now) - t0)) s"
+done
+for line in "${summary[@]}"; do echo "  $line"; done
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
