@@ -47,7 +47,8 @@ TEST(TandemrunCulprit, AHangingRankIsNamedByTheStallWarningAndTheSummary) {
   EXPECT_TRUE(contains(section, "allreduce #5 (f32 x 1024): ranks 0,1 waiting in it since"))
       << section;
   EXPECT_TRUE(contains(section, "rank 2 never entered it (last completed #4)")) << section;
-  EXPECT_TRUE(contains(section, "rank 0 reported: allreduce #5")) << section;
+  // Whichever rank timed out first reported it; tandemrun may stop the other before it does.
+  EXPECT_TRUE(contains(section, " reported: allreduce #5")) << section;
   EXPECT_TRUE(contains(section, "timed out")) << section;
 }
 
