@@ -93,7 +93,6 @@ ProgressRecord Monitor::snapshot() const {
       continue;
     }
     r.entered = entered_.load(std::memory_order_relaxed);
-    r.done = done_.load(std::memory_order_relaxed);
     const auto k = kind_.load(std::memory_order_relaxed);
     r.kind = static_cast<CollectiveKind>(k & 0xff);
     r.dtype = static_cast<DataType>((k >> 8) & 0xff);
@@ -103,6 +102,7 @@ ProgressRecord Monitor::snapshot() const {
     std::atomic_thread_fence(std::memory_order_acquire);
     if (version_.load(std::memory_order_relaxed) == v1) break;
   }
+  r.done = std::min(done_.load(std::memory_order_acquire), r.entered);
   r.since_ms = start != 0 ? wall_ms_of(start) : 0;
   return r;
 }

@@ -76,12 +76,9 @@ class Monitor : public std::enable_shared_from_this<Monitor> {
     entered_.store(seq + 1, std::memory_order_relaxed);
     end_write();
   }
-  /// Collective `seq` completed.
-  void completed(std::uint64_t seq) noexcept {
-    begin_write();
-    done_.store(seq + 1, std::memory_order_relaxed);
-    end_write();
-  }
+  /// Collective `seq` completed. One store: snapshot() reads it after the sequence-locked
+  /// fields and caps it at `entered`.
+  void completed(std::uint64_t seq) noexcept { done_.store(seq + 1, std::memory_order_release); }
 
   /// The communicator failed: has the record with `error` and the flight recorder (null when
   /// the caller does not own it) published, waiting up to kPublishWait for it: the caller is
@@ -101,12 +98,13 @@ class Monitor : public std::enable_shared_from_this<Monitor> {
   static std::string flight_key(int rank);
 
  private:
+  // One writer at a time (the thread that owns the mesh; ownership passes with acquire and
+  // release), so plain stores suffice: no read-modify-write on the collectives' path.
   void begin_write() noexcept {
-    const auto v = version_.load(std::memory_order_relaxed);
-    version_.store(v + 1, std::memory_order_relaxed);
+    version_.store(++written_, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_release);
   }
-  void end_write() noexcept { version_.fetch_add(1, std::memory_order_release); }
+  void end_write() noexcept { version_.store(++written_, std::memory_order_release); }
 
   void run();
   void publish(const std::string& key, const std::string& text) noexcept;
@@ -126,6 +124,7 @@ class Monitor : public std::enable_shared_from_this<Monitor> {
   const std::chrono::milliseconds timeout_;
   const std::chrono::milliseconds interval_;
 
+  std::uint64_t written_ = 0;  ///< the writer's copy of version_
   std::atomic<std::uint64_t> version_{0};
   std::atomic<std::uint64_t> entered_{0};
   std::atomic<std::uint64_t> done_{0};
