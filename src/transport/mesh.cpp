@@ -375,8 +375,10 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
 
   [[noreturn]] void throw_timeout(std::span<Request* const> rs, Clock::time_point start) {
     std::vector<std::string> what;
+    bool partial = false;  // some bytes moved: the peer posted its side and then stalled
     for (const Request* r : rs) {
       if (r->complete) continue;
+      partial = partial || r->done > 0;
       if (what.size() == 8) {
         what.emplace_back("...");
         break;
@@ -386,12 +388,14 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
                                  r->peer, to_string(link(r->peer)), r->done, r->bytes, r->tag));
     }
     TANDEM_THROW(ErrorCode::Timeout,
-                 "rank {} timed out after {:.3f} s waiting for point-to-point transfers: {}. The "
-                 "peers named never posted the matching transfer: the ranks are calling different "
-                 "collectives, or one is stuck or much slower. Raise TANDEM_TIMEOUT if the work "
-                 "legitimately takes longer",
+                 "rank {} timed out after {:.3f} s waiting for point-to-point transfers: {}. {}. "
+                 "Raise TANDEM_TIMEOUT if the work legitimately takes longer",
                  rank_, std::chrono::duration<double>(Clock::now() - start).count(),
-                 fmt::join(what, "; "));
+                 fmt::join(what, "; "),
+                 partial ? "Some transfers had started and then stopped moving: a peer is stuck, "
+                           "or the network between the ranks stalled"
+                         : "The peers named never posted the matching transfer: the ranks are "
+                           "calling different collectives, or one is stuck or much slower");
   }
 
   std::string who(int peer) const {
