@@ -26,18 +26,20 @@ std::string one_line(std::string_view s) {
   return out;
 }
 
-std::string shape(const ProgressRecord& r) {
+// "allreduce (f32 x 1000)", with " #12" after the name when `seq` is given.
+std::string call_text(const ProgressRecord& r, std::optional<std::uint64_t> seq = {}) {
+  const std::string name =
+      seq ? fmt::format("{} #{}", to_string(r.kind), *seq) : std::string(to_string(r.kind));
   switch (r.kind) {
     case CollectiveKind::barrier:
-      return std::string(to_string(r.kind));
+      return name;
     case CollectiveKind::broadcast:
     case CollectiveKind::reduce:
     case CollectiveKind::gather:
     case CollectiveKind::scatter:
-      return fmt::format("{} ({} x {}, root {})", to_string(r.kind), to_string(r.dtype), r.count,
-                         r.root);
+      return fmt::format("{} ({} x {}, root {})", name, to_string(r.dtype), r.count, r.root);
     default:
-      return fmt::format("{} ({} x {})", to_string(r.kind), to_string(r.dtype), r.count);
+      return fmt::format("{} ({} x {})", name, to_string(r.dtype), r.count);
   }
 }
 
@@ -48,19 +50,7 @@ std::string ranks_text(const std::vector<int>& ranks) {
 }  // namespace
 
 std::string ProgressRecord::current() const {
-  if (entered == 0) return "no collective";
-  switch (kind) {
-    case CollectiveKind::barrier:
-      return fmt::format("barrier #{}", entered - 1);
-    case CollectiveKind::broadcast:
-    case CollectiveKind::reduce:
-    case CollectiveKind::gather:
-    case CollectiveKind::scatter:
-      return fmt::format("{} #{} ({} x {}, root {})", to_string(kind), entered - 1,
-                         to_string(dtype), count, root);
-    default:
-      return fmt::format("{} #{} ({} x {})", to_string(kind), entered - 1, to_string(dtype), count);
-  }
+  return entered == 0 ? std::string("no collective") : call_text(*this, entered - 1);
 }
 
 std::string ProgressRecord::encode() const {
@@ -158,7 +148,7 @@ std::optional<std::string> diagnose(std::span<const std::optional<ProgressRecord
     if (!rec) {
       silent.push_back(r);
     } else if (rec->inside() && rec->entered - 1 == seq) {
-      calls[shape(*rec)].push_back(r);
+      calls[call_text(*rec)].push_back(r);
       if (since == 0 || rec->since_ms < since) since = rec->since_ms;
     } else if (rec->done > seq) {
       completed.push_back(r);

@@ -37,6 +37,14 @@ std::vector<std::string> small_args(std::vector<std::string> extra) {
   return args;
 }
 
+// small_args over 2 epochs of 16 steps (global batch 64), a checkpoint every 5 steps.
+std::vector<std::string> two_epochs(std::vector<std::string> extra) {
+  std::vector<std::string> args = {"-o", "training.batch_size=64",  "-o", "training.epochs=2",
+                                   "-o", "checkpoint.every_steps=5"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return small_args(std::move(args));
+}
+
 // `launcher`: more tandemrun options.
 ExampleRun run_example(int ranks, const std::vector<std::string>& args,
                        const std::vector<std::string>& launcher = {}) {
@@ -147,20 +155,14 @@ TEST(ExampleEndToEnd, StoppedAndResumedRunEqualsAStraightRun) {
   TempDir dir;
   // 16 steps per epoch; 2 epochs. The first run stops at step 12 (mid-epoch), the second
   // resumes there and crosses the epoch boundary to step 24.
-  const auto with = [&](std::vector<std::string> extra) {
-    auto a = small_args({"-o", "training.batch_size=64", "-o", "training.epochs=2", "-o",
-                         "checkpoint.every_steps=5"});
-    a.insert(a.end(), extra.begin(), extra.end());
-    return a;
-  };
   const ExampleRun straight = run_example(
-      2, with({"-o", "training.max_steps=24", "-o", "checkpoint.dir=" + dir.file("a")}));
+      2, two_epochs({"-o", "training.max_steps=24", "-o", "checkpoint.dir=" + dir.file("a")}));
   ASSERT_EQ(straight.process.exit_code, 0) << describe(straight);
   const std::string ckpt = "checkpoint.dir=" + dir.file("b");
-  const ExampleRun first = run_example(2, with({"-o", "training.max_steps=12", "-o", ckpt}));
+  const ExampleRun first = run_example(2, two_epochs({"-o", "training.max_steps=12", "-o", ckpt}));
   ASSERT_EQ(first.process.exit_code, 0) << describe(first);
   EXPECT_NE(first.result_line.find("steps=12 "), std::string::npos) << describe(first);
-  const ExampleRun second = run_example(2, with({"-o", "training.max_steps=24", "-o", ckpt}));
+  const ExampleRun second = run_example(2, two_epochs({"-o", "training.max_steps=24", "-o", ckpt}));
   ASSERT_EQ(second.process.exit_code, 0) << describe(second);
   EXPECT_NE(second.process.out.find("resumed from"), std::string::npos) << describe(second);
   EXPECT_NE(second.result_line.find("epochs=2 steps=24 "), std::string::npos) << describe(second);
@@ -177,19 +179,14 @@ TEST(ExampleEndToEnd, StoppedAndResumedRunEqualsAStraightRun) {
 TEST(ExampleEndToEnd, RankKilledMidRunIsRestartedAndResumesToTheUninterruptedResult) {
   REQUIRE_DATA();
   TempDir dir;
-  const auto with = [&](std::vector<std::string> extra) {
-    auto a = small_args({"-o", "training.batch_size=64", "-o", "training.epochs=2", "-o",
-                         "checkpoint.every_steps=5"});
-    a.insert(a.end(), extra.begin(), extra.end());
-    return a;
-  };
-  const ExampleRun straight = run_example(2, with({"-o", "checkpoint.dir=" + dir.file("a")}));
+  const ExampleRun straight = run_example(2, two_epochs({"-o", "checkpoint.dir=" + dir.file("a")}));
   ASSERT_EQ(straight.process.exit_code, 0) << describe(straight);
   const std::string ckpt = dir.file("b");
-  const ExampleRun killed = run_example(2,
-                                        with({"-o", "checkpoint.dir=" + ckpt, "-o",
-                                              "fault.kill_rank=1", "-o", "fault.kill_at_step=13"}),
-                                        {"--max-restarts", "1"});
+  const ExampleRun killed =
+      run_example(2,
+                  two_epochs({"-o", "checkpoint.dir=" + ckpt, "-o", "fault.kill_rank=1", "-o",
+                              "fault.kill_at_step=13"}),
+                  {"--max-restarts", "1"});
   ASSERT_EQ(killed.process.exit_code, 0) << describe(killed);
   const std::string& err = killed.process.err;
   EXPECT_NE(err.find("[rank 1]: fashion_mnist: rank 1: fault.kill_at_step: killing this rank "

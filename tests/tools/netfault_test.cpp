@@ -40,16 +40,6 @@ std::string tc_path() {
   return {};
 }
 
-// The failure summary: from the first rule of '=' to the next.
-std::string summary(const std::string& err) {
-  const std::string rule(72, '=');
-  const auto first = err.find(rule);
-  if (first == std::string::npos) return {};
-  const auto second = err.find(rule, first + rule.size());
-  if (second == std::string::npos) return {};
-  return err.substr(first, second + rule.size() - first);
-}
-
 class NetFault : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -204,7 +194,7 @@ TEST_F(NetFault, LinkCutMidAllreduceFailsEveryRankWithPeerLostNamingTheRankAcros
         << "rank " << i << " names rank " << 1 - i << ":\n"
         << error;
     EXPECT_EQ(r.exit_code, 1) << r.err;
-    const std::string s = summary(r.err);
+    const std::string s = failure_summary(r.err);
     EXPECT_TRUE(s.find(fmt::format("rank      : {} ", i)) != std::string::npos ||
                 s.find(fmt::format("rank {} (pid ", i)) != std::string::npos)
         << "node " << i << "'s tandemrun names its rank:\n"
@@ -241,7 +231,7 @@ TEST_F(NetFault, LinkCutIsNoticedByTheTandemrunOfEachNode) {
       ra.seconds - cut, rb.seconds - cut);
   EXPECT_EQ(ra.exit_code, 1) << ra.err;
   EXPECT_EQ(rb.exit_code, 1) << rb.err;
-  const std::string sa = summary(ra.err), sb = summary(rb.err);
+  const std::string sa = failure_summary(ra.err), sb = failure_summary(rb.err);
   EXPECT_NE(sa.find("node 1 ("), std::string::npos) << ra.err;
   EXPECT_NE(sa.find("no heartbeat"), std::string::npos) << sa;
   EXPECT_NE(sb.find("node 0 ("), std::string::npos) << rb.err;

@@ -168,6 +168,15 @@ ProcessResult run_process(const std::vector<std::string>& argv, const std::vecto
   return p.wait(timeout);
 }
 
+std::string failure_summary(const std::string& err) {
+  const std::string rule(72, '=');
+  const auto first = err.find(rule);
+  if (first == std::string::npos) return {};
+  const auto second = err.find(rule, first + rule.size());
+  if (second == std::string::npos) return {};
+  return err.substr(first, second + rule.size() - first);
+}
+
 std::vector<std::string> split_lines(const std::string& text) {
   std::vector<std::string> lines;
   std::size_t start = 0;

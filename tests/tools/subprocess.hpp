@@ -60,6 +60,10 @@ ProcessResult run_process(const std::vector<std::string>& argv,
 /// Splits text into lines (without the newlines; a last line without one is kept).
 std::vector<std::string> split_lines(const std::string& text);
 
+/// tandemrun's failure summary in `err`: from its first rule of '=' to the next (empty if
+/// there is none).
+std::string failure_summary(const std::string& err);
+
 /// True when no process with this pid exists any more (a zombie counts as gone).
 bool process_gone(pid_t pid);
 

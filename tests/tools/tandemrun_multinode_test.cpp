@@ -103,16 +103,6 @@ bool wait_ready(Subprocess& p, std::size_t n) {
       [n](const std::string& out, const std::string&) { return ready(out).size() == n; }, kReady);
 }
 
-// The failure summary: from the first rule of '=' to the next.
-std::string summary(const std::string& err) {
-  const std::string rule(72, '=');
-  const auto first = err.find(rule);
-  if (first == std::string::npos) return {};
-  const auto second = err.find(rule, first + rule.size());
-  if (second == std::string::npos) return {};
-  return err.substr(first, second + rule.size() - first);
-}
-
 constexpr const char* kSleeper = "echo ready $$; exec sleep 1000";
 
 TEST_F(TandemrunMultiNode, TandemPerfOnTwoNodesUsesShmAndTcpAndHasNoWrongResults) {
@@ -192,7 +182,7 @@ TEST_F(TandemrunMultiNode, KilledWorkerOnNode1StopsBothNodesWithTheSameSummary) 
   ASSERT_FALSE(ra.timed_out || rb.timed_out);
   EXPECT_EQ(ra.exit_code, 128 + SIGKILL) << ra.err;
   EXPECT_EQ(rb.exit_code, 128 + SIGKILL) << rb.err;
-  const std::string sa = summary(ra.err), sb = summary(rb.err);
+  const std::string sa = failure_summary(ra.err), sb = failure_summary(rb.err);
   ASSERT_FALSE(sa.empty()) << ra.err;
   EXPECT_EQ(sa, sb) << "every node prints the same summary";
   EXPECT_NE(sa.find("  rank      : 3 (local_rank 1 on node 1)\n"), std::string::npos) << sa;
@@ -243,7 +233,7 @@ TEST_F(TandemrunMultiNode, KilledTandemrunOfNode1IsNoticedByNode0) {
   ASSERT_FALSE(ra.timed_out);
   EXPECT_LT(ra.seconds, 45) << "node 0 notices within seconds";
   EXPECT_EQ(ra.exit_code, 1) << ra.err;
-  const std::string s = summary(ra.err);
+  const std::string s = failure_summary(ra.err);
   EXPECT_NE(s.find("node 1 ("), std::string::npos) << ra.err;
   EXPECT_NE(s.find("was lost"), std::string::npos) << s;
   EXPECT_NE(s.find("no heartbeat"), std::string::npos) << s;
@@ -260,7 +250,7 @@ TEST_F(TandemrunMultiNode, KilledTandemrunOfNode0IsNoticedByNode1) {
   const auto rb = b->wait(kExit);
   ASSERT_FALSE(rb.timed_out);
   EXPECT_EQ(rb.exit_code, 1) << rb.err;
-  const std::string s = summary(rb.err);
+  const std::string s = failure_summary(rb.err);
   EXPECT_NE(s.find("node 0 ("), std::string::npos) << rb.err;
   EXPECT_NE(s.find("hosting the store at " + pair_->addr(0)), std::string::npos) << s;
   EXPECT_NE(s.find("is gone"), std::string::npos) << s;
@@ -289,8 +279,9 @@ TEST_F(TandemrunMultiNode, SigtermToOneNodeReachesEveryWorkerOnBothNodes) {
   for (int rank : {2, 3})
     EXPECT_NE(rb.out.find(fmt::format("[rank {0}]: got-term {0}\n", rank)), std::string::npos)
         << rb.out;
-  EXPECT_EQ(summary(ra.err), summary(rb.err));
-  EXPECT_NE(summary(ra.err).find("stopped by SIGTERM on node 1"), std::string::npos) << ra.err;
+  EXPECT_EQ(failure_summary(ra.err), failure_summary(rb.err));
+  EXPECT_NE(failure_summary(ra.err).find("stopped by SIGTERM on node 1"), std::string::npos)
+      << ra.err;
 }
 
 TEST_F(TandemrunMultiNode, UnreachableMasterIsNamedAfterTheRendezvousTimeout) {
