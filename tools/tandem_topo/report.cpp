@@ -1,0 +1,223 @@
+#include "report.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+namespace tandem::tools::topo_tool {
+namespace {
+
+using topo::Device;
+
+struct Column {
+  std::string label;
+  const Device* device;
+};
+
+std::vector<Column> columns(const topo::Topology& t) {
+  std::vector<Column> out;
+  for (std::size_t i = 0; i < t.gpus.size(); ++i)
+    out.push_back({fmt::format("GPU{}", i), &t.gpus[i]});
+  for (std::size_t i = 0; i < t.nics.size(); ++i)
+    out.push_back({fmt::format("NIC{}", i), &t.nics[i]});
+  return out;
+}
+
+std::string numa_text(int numa) {
+  return numa < 0 ? "N/A" : std::to_string(numa);
+}
+
+std::string bytes_text(std::uint64_t b) {
+  if (b >= (std::uint64_t{1} << 30) && b % (std::uint64_t{1} << 30) == 0)
+    return fmt::format("{} GiB", b >> 30);
+  if (b >= (std::uint64_t{1} << 30))
+    return fmt::format("{:.1f} GiB", static_cast<double>(b) / (1 << 30));
+  if (b >= (std::uint64_t{1} << 20)) return fmt::format("{} MiB", b >> 20);
+  return fmt::format("{} KiB", b >> 10);
+}
+
+std::string summary(const topo::Topology& t) {
+  std::string s = fmt::format("Topology of {} ({}): {} NUMA node(s), {} core(s), {} CPU(s)\n",
+                              t.hostname.empty() ? "?" : t.hostname, t.source, t.numa_nodes.size(),
+                              t.cores.size(), t.all_cpus().size());
+  for (const topo::NumaNode& n : t.numa_nodes)
+    s += fmt::format("  NUMA node {}: CPUs {}, {} memory\n", n.os_index,
+                     n.cpus.empty() ? "none" : topo::to_string(n.cpus), bytes_text(n.memory));
+  std::map<std::pair<int, std::uint64_t>, int> caches;  // (level, size) -> count
+  for (const topo::Cache& c : t.caches) ++caches[{c.level, c.size}];
+  if (!caches.empty()) {
+    s += "  caches:";
+    for (const auto& [key, n] : caches)
+      s += fmt::format(" L{} {} x{},", key.first, bytes_text(key.second), n);
+    s.back() = '\n';
+  }
+  s += fmt::format("  PCI devices: {}; GPUs: {} ({}); NICs: {}\n", t.pci.size(), t.gpus.size(),
+                   t.nvml ? "NVML" : "no NVML: PCI only", t.nics.size());
+  return s;
+}
+
+std::string pad(const std::string& s, std::size_t w) {
+  return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' ');
+}
+
+std::string device_matrix(const topo::Topology& t) {
+  const auto cols = columns(t);
+  if (cols.empty()) return "No GPUs or NICs on PCI: no device matrix.\n";
+  std::size_t aff = 12;
+  for (const auto& c : cols) aff = std::max(aff, topo::to_string(c.device->cpus).size());
+  std::string s = pad("", 8);
+  for (const auto& c : cols) s += pad(c.label, 8);
+  s += pad("CPU Affinity", aff + 4) + "NUMA Affinity\n";
+  for (const auto& r : cols) {
+    s += pad(r.label, 8);
+    for (const auto& c : cols) s += pad(" " + topo::path_type(t, *r.device, *c.device).str(), 8);
+    s += pad(topo::to_string(r.device->cpus), aff + 4) + numa_text(r.device->numa) + "\n";
+  }
+  s += "\nLegend:\n\n"
+       "  X    = Self\n"
+       "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes "
+       "(e.g., QPI/UPI)\n"
+       "  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host "
+       "Bridges within a NUMA node\n"
+       "  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)\n"
+       "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host "
+       "Bridge)\n"
+       "  PIX  = Connection traversing at most a single PCIe bridge\n"
+       "  NV#  = Connection traversing a bonded set of # NVLinks\n";
+  if (!t.gpus.empty()) {
+    s += "\nGPU Legend:\n\n";
+    for (std::size_t i = 0; i < t.gpus.size(); ++i)
+      s += fmt::format("  GPU{}: {} ({})\n", i, t.gpus[i].name, t.gpus[i].busid);
+  }
+  if (!t.nics.empty()) {
+    s += "\nNIC Legend:\n\n";
+    for (std::size_t i = 0; i < t.nics.size(); ++i)
+      s += fmt::format("  NIC{}: {} ({})\n", i, t.nics[i].name, t.nics[i].busid);
+  }
+  return s;
+}
+
+std::string rank_gpu(const topo::Topology& t, int r) {
+  return static_cast<std::size_t>(r) < t.gpus.size() ? fmt::format("GPU{}", r) : "-";
+}
+
+std::string rank_matrix(const topo::Topology& t, const RankPlan& p) {
+  std::string s = fmt::format("\nLocal ranks (--nproc-per-node {}, --cpu-bind {}):\n\n", p.nproc,
+                              topo::to_string(p.policy));
+  std::size_t w = 8;
+  for (const auto& c : p.binding.cpus) w = std::max(w, topo::to_string(c).size());
+  s += pad("", 8);
+  for (int b = 0; b < p.nproc; ++b) s += pad(fmt::format("rank{}", b), 8);
+  s += pad("CPU set", w + 4) + pad("NUMA", 6) + "GPU\n";
+  for (int a = 0; a < p.nproc; ++a) {
+    s += pad(fmt::format("rank{}", a), 8);
+    for (int b = 0; b < p.nproc; ++b) s += pad(" " + p.transport(a, b), 8);
+    const auto ua = static_cast<std::size_t>(a);
+    s += pad(topo::to_string(p.binding.cpus[ua]), w + 4) + pad(numa_text(p.binding.numa[ua]), 6) +
+         rank_gpu(t, a) + "\n";
+  }
+  s += "\n  shm  = shared memory between ranks of one host\n"
+       "  tcp  = TCP over loopback (TANDEM_SHM_DISABLE=1)\n";
+  if (!t.gpus.empty())
+    s += "  Ranks exchange host memory; between GPU buffers a CUDA IPC or NCCL transport would "
+         "take the GPU paths of the matrix above.\n";
+  if (!p.binding.warning.empty()) s += "  warning: " + p.binding.warning + "\n";
+  return s;
+}
+
+std::string measured(const RankPlan& p, const Measurements& m) {
+  if (!m.done) return {};
+  std::string s = fmt::format(
+      "\nMeasured (--measure, {} MiB per pass; a loaded machine gives noisy numbers):\n\n"
+      "  GB/s from rank (row) to rank (column) through a shared 4 x 1 MiB ring, one thread on\n"
+      "  each rank's CPU set (diagonal: memcpy within one rank's CPU set):\n\n",
+      m.bytes >> 20);
+  s += "  " + pad("", 8);
+  for (int b = 0; b < p.nproc; ++b) s += pad(fmt::format("rank{}", b), 8);
+  s += "\n";
+  for (int a = 0; a < p.nproc; ++a) {
+    s += "  " + pad(fmt::format("rank{}", a), 8);
+    for (int b = 0; b < p.nproc; ++b)
+      s += pad(fmt::format("{:.1f}",
+                           m.pair_gbps[static_cast<std::size_t>(a)][static_cast<std::size_t>(b)]),
+               8);
+    s += "\n";
+  }
+  s +=
+      "\n  Memory bandwidth per NUMA node (copy by one thread per core; bytes read + written):\n\n";
+  for (const auto& [node, gbps] : m.node_gbps)
+    s += fmt::format("  node {}: {:.1f} GB/s\n", node, gbps);
+  return s;
+}
+
+nlohmann::json device_json(const topo::Topology& t, const Device& d) {
+  return {{"name", d.name},
+          {"busid", d.busid},
+          {"numa", d.numa},
+          {"cpus", topo::to_string(d.cpus)},
+          {"bridges", d.bridges.size()},
+          {"kind", d.kind == topo::DeviceKind::gpu ? "gpu" : "nic"},
+          {"nvml", d.kind == topo::DeviceKind::gpu && t.nvml}};
+}
+
+}  // namespace
+
+std::string RankPlan::transport(int a, int b) const {
+  if (a == b) return "X";
+  return shm ? "shm" : "tcp";
+}
+
+std::string text_report(const topo::Topology& t, const RankPlan& plan, const Measurements& m) {
+  return summary(t) + "\n" + device_matrix(t) + rank_matrix(t, plan) + measured(plan, m);
+}
+
+nlohmann::json json_report(const topo::Topology& t, const RankPlan& p, const Measurements& m) {
+  nlohmann::json j;
+  j["hostname"] = t.hostname;
+  j["source"] = t.source;
+  j["nvml"] = t.nvml;
+  j["cpus"] = topo::to_string(t.all_cpus());
+  for (const auto& n : t.numa_nodes)
+    j["numa_nodes"].push_back(
+        {{"os_index", n.os_index}, {"memory", n.memory}, {"cpus", topo::to_string(n.cpus)}});
+  for (const auto& c : t.cores)
+    j["cores"].push_back(
+        {{"os_index", c.os_index}, {"numa", c.numa}, {"pus", topo::to_string(c.pus)}});
+  for (const auto& c : t.caches)
+    j["caches"].push_back(
+        {{"level", c.level}, {"size", c.size}, {"cpus", topo::to_string(c.cpus)}});
+  const auto cols = columns(t);
+  j["devices"] = nlohmann::json::array();
+  j["paths"] = nlohmann::json::array();
+  for (const auto& r : cols) {
+    nlohmann::json d = device_json(t, *r.device);
+    d["label"] = r.label;
+    j["devices"].push_back(d);
+    nlohmann::json row = nlohmann::json::array();
+    for (const auto& c : cols) row.push_back(topo::path_type(t, *r.device, *c.device).str());
+    j["paths"].push_back(row);
+  }
+  nlohmann::json ranks;
+  ranks["nproc_per_node"] = p.nproc;
+  ranks["cpu_bind"] = std::string(topo::to_string(p.policy));
+  for (int a = 0; a < p.nproc; ++a) {
+    const auto ua = static_cast<std::size_t>(a);
+    nlohmann::json row = nlohmann::json::array();
+    for (int b = 0; b < p.nproc; ++b) row.push_back(p.transport(a, b));
+    ranks["transport"].push_back(row);
+    ranks["cpus"].push_back(topo::to_string(p.binding.cpus[ua]));
+    ranks["numa"].push_back(p.binding.numa[ua]);
+  }
+  if (!p.binding.warning.empty()) ranks["warning"] = p.binding.warning;
+  j["local_ranks"] = ranks;
+  if (m.done) {
+    j["measured"]["bytes"] = m.bytes;
+    j["measured"]["pair_gbps"] = m.pair_gbps;
+    for (const auto& [node, gbps] : m.node_gbps)
+      j["measured"]["numa_gbps"].push_back({{"node", node}, {"gbps", gbps}});
+  }
+  return j;
+}
+
+}  // namespace tandem::tools::topo_tool
