@@ -167,7 +167,7 @@ void print_usage_error(const CLI::App& app, std::string_view what, bool with_usa
 // Raw values of the flags, before they are checked against each other.
 struct Raw {
   std::string nproc, nnodes = "1", master_port, run_id, rdzv_endpoint, rdzv_backend = "static";
-  std::string redirects, tee, gpus, ips, ranks_filter;
+  std::string redirects, tee, gpus, ips, ranks_filter, cpu_bind = "none";
   int node_rank = -1, max_restarts = 0;
   double grace_s = 10, rdzv_timeout_s = 900, monitor_s = 1;
   bool standalone = false, no_python = false;
@@ -188,6 +188,10 @@ void add_options(CLI::App& app, Raw& raw, LaunchOptions& o) {
       ->group(workers)
       ->type_name("LIST")
       ->option_text("0,1,... (default: none)");
+  app.add_option("--cpu-bind,--cpu_bind", raw.cpu_bind,
+                 "Bind each local rank before it starts: 'core' (its own cores, ranks spread over "
+                 "NUMA nodes), 'numa' (every CPU of one NUMA node, round robin) or 'none'")
+      ->option_text("core|numa|none (default none)");
   app.add_option("--role", o.role, "ROLE_NAME given to the workers")
       ->group(workers)
       ->capture_default_str();
@@ -293,6 +297,12 @@ void finish(const CLI::App& app, const Raw& raw, LaunchOptions& o) {
     if (o.devices.size() > static_cast<std::size_t>(kMaxProcs))
       throw UsageError(fmt::format("--gpus lists more than {} devices", kMaxProcs));
   }
+  const auto bind = topo::parse_cpu_bind(raw.cpu_bind);
+  if (!bind) {
+    throw UsageError(fmt::format("--cpu-bind '{}' is not a binding policy: use core, numa or none",
+                                 raw.cpu_bind));
+  }
+  o.cpu_bind = *bind;
   if (raw.nproc.empty() && o.devices.empty())
     throw SyntaxError("--nproc-per-node is required (e.g. --nproc-per-node 4)");
   if (!raw.nproc.empty()) o.nproc_per_node = parse_nproc(raw.nproc);

@@ -3,6 +3,8 @@
 // --gpus/--devices and --ips, parsed into LaunchOptions. Everything after PROGRAM belongs to
 // PROGRAM.
 
+#include "topo/binding.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -24,6 +26,8 @@ struct LaunchOptions {
   int nproc_per_node = 0;
   /// --gpus/--devices: local rank i gets CUDA_VISIBLE_DEVICES=devices[i] (empty: not set).
   std::vector<std::string> devices;
+  /// --cpu-bind: the CPUs each local rank is bound to before exec (none: not bound).
+  topo::CpuBind cpu_bind = topo::CpuBind::none;
 
   int min_nodes = 1;
   int max_nodes = 1;

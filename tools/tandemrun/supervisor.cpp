@@ -2,6 +2,7 @@
 
 #include "rendezvous.hpp"
 #include "session.hpp"
+#include "topo/binding.hpp"
 #include "worker.hpp"
 
 #include <tandem/error.hpp>
@@ -103,6 +104,11 @@ RoundResult Supervisor::run() {
 void Supervisor::start_workers() {
   const NodeSlot& me = assignment_.self();
   workers_.reserve(static_cast<std::size_t>(me.nproc));
+  topo::Binding binding;
+  if (options_.cpu_bind != topo::CpuBind::none) {
+    binding = topo::bind_local_ranks(topo::discover(), options_.cpu_bind, me.nproc);
+    if (!binding.warning.empty()) TANDEM_WARN(run, "tandemrun: {}", binding.warning);
+  }
   for (int local = 0; local < me.nproc; ++local) {
     auto w = std::make_unique<Worker>();
     w->local_rank = local;
@@ -126,8 +132,10 @@ void Supervisor::start_workers() {
     w->err = std::make_unique<LineStream>(prefix, (mask & 2) || !console ? -1 : 2, w->log_fd.get(),
                                           &w->tail);
 
-    SpawnedWorker s =
-        spawn_worker(program_path_, options_.command, session_.worker_env(assignment_, local));
+    const auto cpus =
+        binding.cpus.empty() ? topo::CpuList{} : binding.cpus[static_cast<std::size_t>(local)];
+    SpawnedWorker s = spawn_worker(program_path_, options_.command,
+                                   session_.worker_env(assignment_, local), cpus);
     w->pid = s.pid;
     w->out_fd = std::move(s.out);
     w->err_fd = std::move(s.err);
@@ -135,6 +143,13 @@ void Supervisor::start_workers() {
     ++running_;
     TANDEM_INFO(run, "tandemrun: started rank {} (local rank {}) as pid {}", w->rank, local,
                 w->pid);
+    if (!cpus.empty()) {
+      const int numa = binding.numa[static_cast<std::size_t>(local)];
+      TANDEM_INFO(run, "tandemrun: rank {} (local rank {}) bound to CPUs {} ({}, --cpu-bind {})",
+                  w->rank, local, topo::to_string(cpus),
+                  numa < 0 ? "several NUMA nodes" : fmt::format("NUMA node {}", numa),
+                  topo::to_string(options_.cpu_bind));
+    }
     workers_.push_back(std::move(w));
     // A signal, or the end of the round elsewhere, while starting: stop rather than start
     // the rest.

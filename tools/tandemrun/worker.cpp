@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <string_view>
 #include <sys/prctl.h>
@@ -54,7 +55,7 @@ void put(const char* s) {
 
 // Child side, between fork and exec: async-signal-safe calls only.
 [[noreturn]] void exec_child(pid_t parent, int devnull, int out_w, int err_w, const char* path,
-                             char* const* argv, char* const* envp) {
+                             char* const* argv, char* const* envp, const cpu_set_t* cpus) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(1);  // tandemrun died before prctl took effect
@@ -67,6 +68,13 @@ void put(const char* s) {
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (cpus != nullptr && ::sched_setaffinity(0, sizeof(*cpus), cpus) != 0) {
+    const char* what = ::strerrorname_np(errno);
+    put("tandemrun: cannot bind the worker to its CPUs (--cpu-bind): ");
+    put(what != nullptr ? what : "sched_setaffinity failed");
+    put("\n");
+    ::_exit(127);
+  }
   ::execve(path, argv, envp);
   const char* what = ::strerrorname_np(errno);
   put("tandemrun: cannot execute ");
@@ -122,7 +130,7 @@ void ensure_standard_fds() noexcept {
 }
 
 SpawnedWorker spawn_worker(const std::string& path, const std::vector<std::string>& argv,
-                           const std::vector<std::string>& env) {
+                           const std::vector<std::string>& env, const std::vector<int>& cpus) {
   // Everything the child needs is built before fork(): tandemrun has threads (the store).
   std::vector<char*> argv_c, envp_c;
   argv_c.reserve(argv.size() + 1);
@@ -131,6 +139,15 @@ SpawnedWorker spawn_worker(const std::string& path, const std::vector<std::strin
   envp_c.reserve(env.size() + 1);
   for (const auto& e : env) envp_c.push_back(const_cast<char*>(e.c_str()));
   envp_c.push_back(nullptr);
+
+  cpu_set_t cpu_set;
+  CPU_ZERO(&cpu_set);
+  for (int c : cpus) {
+    if (c < 0 || c >= CPU_SETSIZE)
+      TANDEM_THROW(ErrorCode::InvalidArgument, "cannot bind a worker to CPU {}: beyond {}", c,
+                   CPU_SETSIZE);
+    CPU_SET(c, &cpu_set);
+  }
 
   net::Fd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (!devnull)
@@ -149,7 +166,7 @@ SpawnedWorker spawn_worker(const std::string& path, const std::vector<std::strin
   }
   if (pid == 0) {
     exec_child(parent, devnull.get(), out_w.get(), err_w.get(), path.c_str(), argv_c.data(),
-               envp_c.data());
+               envp_c.data(), cpus.empty() ? nullptr : &cpu_set);
   }
   // Also from the parent, so the group exists before tandemrun signals it.
   ::setpgid(pid, pid);

@@ -31,10 +31,11 @@ struct SpawnedWorker {
 };
 
 /// Starts `path` with `argv` and exactly the environment `env` ("NAME=value" each). The
-/// child restores an empty signal mask and default dispositions before exec. Throws
-/// Error(Io) when pipes or fork fail. A failed exec makes the child print why and exit 127.
+/// child restores an empty signal mask and default dispositions before exec, and binds
+/// itself to `cpus` (OS indices) when not empty. Throws Error(Io) when pipes or fork fail. A
+/// failed exec (or binding) makes the child print why and exit 127.
 SpawnedWorker spawn_worker(const std::string& path, const std::vector<std::string>& argv,
-                           const std::vector<std::string>& env);
+                           const std::vector<std::string>& env, const std::vector<int>& cpus = {});
 
 /// Ensures fds 0, 1 and 2 are open (on /dev/null if not), so that pipes created later never
 /// land on them.
