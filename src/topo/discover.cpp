@@ -233,7 +233,7 @@ Topology from_xml(const std::string& path) {
   if (!std::filesystem::is_regular_file(path, ec))
     TANDEM_THROW(ErrorCode::InvalidArgument,
                  "topology file {} does not exist or is not a file (write one with "
-                 "`lstopo --of xml FILE` on the machine to describe)",
+                 "`lstopo-no-graphics --of xml FILE` on the machine to describe)",
                  path);
   Hwloc h;
   if (hwloc_topology_set_xml(h.get(), path.c_str()) != 0)

@@ -98,7 +98,7 @@ struct Topology {
 /// This machine, through hwloc (and NVML when libnvidia-ml.so.1 loads). Throws Error(Io)
 /// when hwloc fails.
 Topology discover();
-/// A topology exported with `lstopo --of xml` (or hwloc_topology_export_xml). GPUs come
+/// A topology exported with `lstopo-no-graphics --of xml` (or hwloc_topology_export_xml). GPUs come
 /// from NVIDIA PCI devices in the file, NVLinks from their "NVLinkPeer" infos (one per link,
 /// value: the peer's PCI bus id). Throws Error(InvalidArgument) for a missing or bad file.
 Topology from_xml(const std::string& path);

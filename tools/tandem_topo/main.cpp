@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
       "tandem-topo"};
   Options o;
   app.add_option("--xml", o.xml,
-                 "Show the topology in this hwloc XML file (lstopo --of xml) "
+                 "Show the topology in this hwloc XML file (lstopo-no-graphics --of xml) "
                  "instead of this machine's");
   app.add_option("--nproc-per-node,--nproc_per_node", o.nproc,
                  "Local ranks to show (default: one per GPU, else one per core)");

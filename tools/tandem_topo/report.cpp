@@ -169,7 +169,15 @@ std::string RankPlan::transport(int a, int b) const {
 }
 
 std::string text_report(const topo::Topology& t, const RankPlan& plan, const Measurements& m) {
-  return summary(t) + "\n" + device_matrix(t) + rank_matrix(t, plan) + measured(plan, m);
+  const std::string padded =
+      summary(t) + "\n" + device_matrix(t) + rank_matrix(t, plan) + measured(plan, m);
+  std::string out;  // without the padding at the ends of lines
+  for (char c : padded) {
+    if (c == '\n')
+      while (!out.empty() && out.back() == ' ') out.pop_back();
+    out += c;
+  }
+  return out;
 }
 
 nlohmann::json json_report(const topo::Topology& t, const RankPlan& p, const Measurements& m) {
