@@ -147,8 +147,6 @@ void fill_devices(hwloc_topology_t t, Topology& out) {
   }
 }
 
-// NVML's view of the GPUs: names, GPUs hwloc did not place, and NVLinks. GPUs that reach
-// each other through NVSwitches get as many links as the smaller of their switch links.
 void merge_nvml(const std::vector<NvmlGpu>& nv, Topology& out) {
   out.nvml = true;
   std::vector<int> index(nv.size());
@@ -218,14 +216,37 @@ void sort_gpus(Topology& t) {
 
 }  // namespace
 
+void apply_nvml(const std::vector<NvmlGpu>& nv, Topology& t) {
+  merge_nvml(nv, t);
+  sort_gpus(t);
+}
+
 Topology discover() {
   Hwloc h;
   Topology t = load(h, "this machine");
-  if (const auto nv = query_nvml()) merge_nvml(*nv, t);
+  if (const auto nv = query_nvml()) apply_nvml(*nv, t);
   sort_gpus(t);
   TANDEM_DETAIL(init, "topo: {} NUMA node(s), {} core(s), {} GPU(s), {} NIC(s)",
                 t.numa_nodes.size(), t.cores.size(), t.gpus.size(), t.nics.size());
   return t;
+}
+
+void save_xml(const std::string& path) {
+  Hwloc h;
+  if (hwloc_topology_load(h.get()) != 0)
+    TANDEM_THROW(ErrorCode::Io, "hwloc could not read the topology of this machine: {}",
+                 std::system_category().message(errno));
+  if (const auto nv = query_nvml()) {
+    for (const NvmlGpu& g : *nv) {
+      hwloc_obj_t o = hwloc_get_pcidev_by_busidstring(h.get(), g.busid.c_str());
+      if (o == nullptr) continue;
+      for (std::size_t l = 0; l < g.link_peers.size(); ++l)
+        if (!g.to_switch[l]) hwloc_obj_add_info(o, "NVLinkPeer", g.link_peers[l].c_str());
+    }
+  }
+  if (hwloc_topology_export_xml(h.get(), path.c_str(), 0) != 0)
+    TANDEM_THROW(ErrorCode::Io, "cannot write the topology to {}: {}", path,
+                 std::system_category().message(errno));
 }
 
 Topology from_xml(const std::string& path) {

@@ -2,6 +2,8 @@
 // NVIDIA's management library, loaded at run time (dlopen of libnvidia-ml.so.1, as
 // nvidia-smi does), so that tandem neither builds against CUDA nor needs the driver.
 
+#include "topo/topology.hpp"
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,5 +22,11 @@ struct NvmlGpu {
 /// The GPUs NVML reports, or nullopt when the library is absent or does not initialise (no
 /// driver, no GPU): never an error.
 std::optional<std::vector<NvmlGpu>> query_nvml();
+
+/// Puts NVML's view into `t`: GPU names, GPUs hwloc did not place (locality unknown), and
+/// NVLinks (replacing any from an XML file). GPUs that reach each other through NVSwitches
+/// count as linked by the smaller of their numbers of switch links, as nvidia-smi shows
+/// them. Leaves t.gpus in PCI bus order.
+void apply_nvml(const std::vector<NvmlGpu>& nv, Topology& t);
 
 }  // namespace tandem::topo

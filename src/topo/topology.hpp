@@ -103,6 +103,11 @@ Topology discover();
 /// value: the peer's PCI bus id). Throws Error(InvalidArgument) for a missing or bad file.
 Topology from_xml(const std::string& path);
 
+/// Writes this machine's topology as hwloc XML (what from_xml() reads), with one
+/// "NVLinkPeer" info per NVLink that NVML reports, so another machine can show it. Throws
+/// Error(Io) when hwloc fails or the file cannot be written.
+void save_xml(const std::string& path);
+
 /// The path between two devices of one topology (`a` and `b` may be GPUs or NICs).
 Path path_type(const Topology& t, const Device& a, const Device& b);
 

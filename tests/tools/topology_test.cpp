@@ -159,6 +159,19 @@ TEST(TandemTopo, ShowsAnXmlTopologyAsNvidiaSmiWould) {
   EXPECT_NE(r.out.find("NIC0: mlx5_0 (0000:03:00.0)"), std::string::npos) << r.out;
 }
 
+TEST(TandemTopo, SavedXmlShowsTheSameMachine) {
+  TempDir dir;
+  const std::string xml = dir.file("here.xml");
+  const auto live = run_process({topo_path(), "--save-xml", xml, "--nproc-per-node", "2"});
+  ASSERT_EQ(live.exit_code, 0) << live.err;
+  const auto saved = run_process({topo_path(), "--xml", xml, "--nproc-per-node", "2"});
+  ASSERT_EQ(saved.exit_code, 0) << saved.err;
+  // Everything after the first line (which names the source, and says how much memory is
+  // free right now) is the same.
+  const auto from_matrix = [](const std::string& out) { return out.substr(out.find("\n\n")); };
+  EXPECT_EQ(from_matrix(saved.out), from_matrix(live.out));
+}
+
 TEST(TandemTopo, JsonAndMeasure) {
   const auto r = run_process(
       {topo_path(), "--json", "--measure", "--measure-bytes", "2M", "--nproc-per-node", "2"}, {},

@@ -19,6 +19,7 @@ using namespace tandem::tools::topo_tool;
 
 struct Options {
   std::string xml;
+  std::string save_xml;
   int nproc = 0;  // 0: one per GPU, else one per core
   std::string cpu_bind = "core";
   bool measure = false;
@@ -62,6 +63,9 @@ int main(int argc, char** argv) {
   app.add_option("--xml", o.xml,
                  "Show the topology in this hwloc XML file (lstopo-no-graphics --of xml) "
                  "instead of this machine's");
+  app.add_option("--save-xml", o.save_xml,
+                 "Write this machine's topology (with NVML's NVLinks) to FILE for --xml elsewhere, "
+                 "then show it");
   app.add_option("--nproc-per-node,--nproc_per_node", o.nproc,
                  "Local ranks to show (default: one per GPU, else one per core)");
   app.add_option("--cpu-bind,--cpu_bind", o.cpu_bind,
@@ -89,10 +93,14 @@ int main(int argc, char** argv) {
   if (!bytes || *bytes < (1u << 20) || *bytes > (std::uint64_t{16} << 30))
     return usage_error(fmt::format(
         "--measure-bytes '{}' is not a size between 1M and 16G (e.g. 64M)", o.measure_bytes));
+  if (!o.save_xml.empty() && !o.xml.empty())
+    return usage_error(
+        "--save-xml writes this machine's topology; it cannot be combined with --xml");
   if (o.measure && !o.xml.empty())
     return usage_error("--measure measures this machine; it cannot be combined with --xml");
 
   try {
+    if (!o.save_xml.empty()) topo::save_xml(o.save_xml);
     const topo::Topology t = o.xml.empty() ? topo::discover() : topo::from_xml(o.xml);
     RankPlan plan;
     plan.nproc =
