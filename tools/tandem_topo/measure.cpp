@@ -2,6 +2,7 @@
 
 #include <tandem/error.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -157,7 +158,13 @@ double node_bandwidth(const topo::Topology& t, const topo::NumaNode& node,
   if (cores.empty())
     TANDEM_THROW(ErrorCode::InvalidArgument, "NUMA node {} has no cores to measure from",
                  node.os_index);
-  const std::size_t per_thread = std::max<std::size_t>(kSlot, o.bytes / cores.size());
+  // Buffers of at least four times the node's caches, so that memory answers, not a cache.
+  std::uint64_t cached = 0;
+  for (const topo::Cache& c : t.caches)
+    if (std::includes(node.cpus.begin(), node.cpus.end(), c.cpus.begin(), c.cpus.end()))
+      cached += c.size;
+  const std::size_t per_thread =
+      std::max<std::size_t>({kSlot, o.bytes / cores.size(), 4 * cached / cores.size()});
   std::atomic<int> ready{0};
   std::atomic<bool> go{false};
   std::vector<double> seconds(cores.size());

@@ -22,7 +22,8 @@ struct MeasureOptions {
 double pair_bandwidth(const topo::CpuList& from, const topo::CpuList& to, const MeasureOptions& o);
 
 /// GB/s of memory traffic (bytes read + bytes written, as STREAM's copy counts them) of one
-/// thread per core of a NUMA node copying buffers it allocated itself (first touch: local).
+/// thread per core of a NUMA node copying buffers it allocated itself (first touch: local),
+/// of at least four times the node's caches together.
 double node_bandwidth(const topo::Topology& t, const topo::NumaNode& node, const MeasureOptions& o);
 
 }  // namespace tandem::tools::topo_tool

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 namespace tandem::tools::topo_tool {
@@ -131,17 +132,18 @@ std::string measured(const RankPlan& p, const Measurements& m) {
   std::string s = fmt::format(
       "\nMeasured (--measure, {} MiB per pass; a loaded machine gives noisy numbers):\n\n"
       "  GB/s from rank (row) to rank (column) through a shared 4 x 1 MiB ring, one thread on\n"
-      "  each rank's CPU set (diagonal: memcpy within one rank's CPU set):\n\n",
+      "  each rank's CPU set (diagonal: memcpy within one rank's CPU set; beyond 8 ranks only\n"
+      "  pairs with rank 0, '-' elsewhere):\n\n",
       m.bytes >> 20);
   s += "  " + pad("", 8);
   for (int b = 0; b < p.nproc; ++b) s += pad(fmt::format("rank{}", b), 8);
   s += "\n";
   for (int a = 0; a < p.nproc; ++a) {
     s += "  " + pad(fmt::format("rank{}", a), 8);
-    for (int b = 0; b < p.nproc; ++b)
-      s += pad(fmt::format("{:.1f}",
-                           m.pair_gbps[static_cast<std::size_t>(a)][static_cast<std::size_t>(b)]),
-               8);
+    for (int b = 0; b < p.nproc; ++b) {
+      const double v = m.pair_gbps[static_cast<std::size_t>(a)][static_cast<std::size_t>(b)];
+      s += pad(std::isnan(v) ? "-" : fmt::format("{:.1f}", v), 8);
+    }
     s += "\n";
   }
   s +=
