@@ -11,6 +11,7 @@
 #include <cctype>
 #include <cerrno>
 #include <filesystem>
+#include <sched.h>
 #include <set>
 #include <system_error>
 
@@ -214,6 +215,22 @@ void sort_gpus(Topology& t) {
   t.gpus = std::move(sorted);
 }
 
+// hwloc leaves out CPUs a cgroup forbids, not those outside this process's affinity mask
+// (taskset, a launcher's binding): drop those too, so that ranks are bound only within it.
+void restrict_to_affinity(Topology& t) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return;
+  const auto keep = [&](CpuList& cpus) {
+    std::erase_if(cpus, [&](int c) { return c >= CPU_SETSIZE || !CPU_ISSET(c, &set); });
+  };
+  for (Core& c : t.cores) keep(c.pus);
+  std::erase_if(t.cores, [](const Core& c) { return c.pus.empty(); });
+  for (NumaNode& n : t.numa_nodes) keep(n.cpus);
+  for (Cache& c : t.caches) keep(c.cpus);
+  std::erase_if(t.caches, [](const Cache& c) { return c.cpus.empty(); });
+}
+
 }  // namespace
 
 void apply_nvml(const std::vector<NvmlGpu>& nv, Topology& t) {
@@ -224,6 +241,7 @@ void apply_nvml(const std::vector<NvmlGpu>& nv, Topology& t) {
 Topology discover() {
   Hwloc h;
   Topology t = load(h, "this machine");
+  restrict_to_affinity(t);
   if (const auto nv = query_nvml()) apply_nvml(*nv, t);
   sort_gpus(t);
   TANDEM_DETAIL(init, "topo: {} NUMA node(s), {} core(s), {} GPU(s), {} NIC(s)",

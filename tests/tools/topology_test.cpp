@@ -106,6 +106,23 @@ TEST(CpuBind, NoneLeavesTheLaunchersAffinity) {
   EXPECT_EQ(r.err.find("bound to CPUs"), std::string::npos) << r.err;
 }
 
+TEST(CpuBind, StaysWithinTheLaunchersAffinity) {
+  // tandemrun started on one CPU only (as under taskset): both ranks land there.
+  const topo::CpuList all = my_affinity();
+  ASSERT_FALSE(all.empty());
+  cpu_set_t one, before;
+  CPU_ZERO(&one);
+  CPU_SET(all.back(), &one);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(before), &before), 0);
+  ASSERT_EQ(::sched_setaffinity(0, sizeof(one), &one), 0);
+  const auto r = run_bound("core", 2);
+  ASSERT_EQ(::sched_setaffinity(0, sizeof(before), &before), 0);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto seen = affinities(r.out);
+  ASSERT_EQ(seen.size(), 2u) << r.out;
+  for (const auto& [local, sets] : seen) EXPECT_EQ(sets.first, std::to_string(all.back()));
+}
+
 TEST(CpuBind, BadValueIsAUsageError) {
   const auto r =
       run_process({tandemrun_path(), "--nproc-per-node", "2", "--cpu-bind", "socket", "/bin/true"});
