@@ -242,7 +242,12 @@ Topology discover() {
   Hwloc h;
   Topology t = load(h, "this machine");
   restrict_to_affinity(t);
-  if (const auto nv = query_nvml()) apply_nvml(*nv, t);
+  if (const auto nv = query_nvml()) {
+    apply_nvml(*nv, t);
+  } else {
+    t.gpus_without_driver = static_cast<int>(t.gpus.size());
+    t.gpus.clear();
+  }
   sort_gpus(t);
   TANDEM_DETAIL(init, "topo: {} NUMA node(s), {} core(s), {} GPU(s), {} NIC(s)",
                 t.numa_nodes.size(), t.cores.size(), t.gpus.size(), t.nics.size());

@@ -88,6 +88,9 @@ struct Topology {
   std::vector<Device> gpus;  ///< NVIDIA GPUs, in PCI bus order (nvidia-smi's, NVML's)
   std::vector<Device> nics;  ///< network devices with a PCI address
   bool nvml = false;         ///< NVML answered (GPUs and NVLinks are the driver's view)
+  /// This machine without NVML: NVIDIA GPUs seen on PCI but left out of `gpus` (no driver to
+  /// use them through).
+  int gpus_without_driver = 0;
 
   /// Every PU of the machine that this process may run on.
   CpuList all_cpus() const;
@@ -95,8 +98,8 @@ struct Topology {
   std::vector<const NumaNode*> cpu_nodes() const;
 };
 
-/// This machine, through hwloc (and NVML when libnvidia-ml.so.1 loads). Throws Error(Io)
-/// when hwloc fails.
+/// This machine, through hwloc (and NVML when libnvidia-ml.so.1 loads; without it, no
+/// GPUs), restricted to the CPUs this process may run on. Throws Error(Io) when hwloc fails.
 Topology discover();
 /// A topology exported with `lstopo-no-graphics --of xml` (or hwloc_topology_export_xml). GPUs come
 /// from NVIDIA PCI devices in the file, NVLinks from their "NVLinkPeer" infos (one per link,

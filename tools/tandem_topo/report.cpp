@@ -53,8 +53,17 @@ std::string summary(const topo::Topology& t) {
       s += fmt::format(" L{} {} x{},", key.first, bytes_text(key.second), n);
     s.back() = '\n';
   }
+  const std::string gpus =
+      t.nvml ? "NVML"
+      : t.source != "this machine"
+          ? "NVIDIA PCI devices of the file"
+          : fmt::format(
+                "no NVML: libnvidia-ml.so.1 absent or without a driver{}",
+                t.gpus_without_driver > 0
+                    ? fmt::format("; {} NVIDIA device(s) on PCI left out", t.gpus_without_driver)
+                    : "");
   s += fmt::format("  PCI devices: {}; GPUs: {} ({}); NICs: {}\n", t.pci.size(), t.gpus.size(),
-                   t.nvml ? "NVML" : "no NVML: PCI only", t.nics.size());
+                   gpus, t.nics.size());
   return s;
 }
 
