@@ -3,7 +3,8 @@
 
 Usage: collect.py DIR [COLLECTIVE...]   (default: allreduce broadcast allgather)
 
-Reads DIR/<series>-<collective>.txt (tandem-perf's layout; out-of-place columns) and
+Reads DIR/<series>-<collective>.txt (tandem-perf's layout; the out-of-place columns, for
+broadcast the in-place ones: see IN_PLACE) and
 DIR/versions.txt, and writes
   DIR/results.csv          one row per collective, library, transport and size
   DIR/results.json         the same rows, with the versions and the run's parameters
@@ -30,6 +31,10 @@ SERIES = [
     ("gloo-tcp", "Gloo", "tcp", "Gloo TCP"),
 ]
 SMALL = 8 << 10  # up to this size a cell shows the mean time, above it busbw
+# MPI_Bcast has one buffer (the root's data is the result): the in-place column of every
+# library is the one doing that work. Out-of-place, tandem and Gloo also copy the root's input
+# into its output, which MPI never does.
+IN_PLACE = {"broadcast"}
 
 
 def read_versions(path):
@@ -50,7 +55,8 @@ def cell(row, size):
 
 
 def markdown(coll, tables, sizes):
-    lines = ["#### %s (f32, out-of-place): mean µs up to %s, busbw GB/s above" % (coll, human(SMALL)),
+    lines = ["#### %s (f32, %s): mean µs up to %s, busbw GB/s above" % (
+                 coll, "in-place" if coll in IN_PLACE else "out-of-place", human(SMALL)),
              "",
              "| size | " + " | ".join(s[3] for s in SERIES) + " |",
              "|---:|" + "---:|" * len(SERIES)]
@@ -110,10 +116,12 @@ def main():
     for coll in collectives:
         tables = {}
         for prefix, lib, transport, title in SERIES:
-            rows, _ = parse(os.path.join(out_dir, "%s-%s.txt" % (prefix, coll)))
+            rows, _ = parse(os.path.join(out_dir, "%s-%s.txt" % (prefix, coll)),
+                            in_place=coll in IN_PLACE)
             tables[prefix] = rows
             for size, (mean, p50, busbw, bad, algo) in sorted(rows.items()):
                 records.append({"collective": coll, "library": lib, "transport": transport,
+                                "in_place": coll in IN_PLACE,
                                 "series": title, "size": size, "mean_us": mean, "p50_us": p50,
                                 "busbw_gbs": busbw, "wrong": int(bad) if bad.isdigit() else -1,
                                 "algorithm": algo})
@@ -132,7 +140,7 @@ def main():
         md += ["", "Versions: " + "; ".join("%s %s" % kv for kv in sorted(versions.items()))]
     with open(os.path.join(out_dir, "results.md"), "w") as f:
         f.write("\n".join(md) + "\n")
-    fields = ["collective", "library", "transport", "series", "size", "mean_us", "p50_us",
+    fields = ["collective", "library", "transport", "in_place", "series", "size", "mean_us", "p50_us",
               "busbw_gbs", "wrong", "algorithm"]
     with open(os.path.join(out_dir, "results.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)

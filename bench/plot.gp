@@ -6,7 +6,7 @@
 # dir: where the .dat files are; out: the PNG; title (optional): a line above the panels.
 if (!exists("dir")) dir = "build/bench-all"
 if (!exists("out")) out = dir . "/busbw.png"
-if (!exists("title")) title = "busbw against size, 2 ranks, f32, out-of-place"
+if (!exists("title")) title = "busbw against size: 2 ranks, f32; allreduce and allgather out-of-place, broadcast in-place"
 
 set terminal pngcairo size 1500,520 font "DejaVu Sans,10" noenhanced
 set output out
@@ -15,7 +15,7 @@ set datafile missing "NaN"
 set key autotitle columnhead
 set logscale x 2
 set xtics ("8" 8, "128" 128, "2K" 2048, "32K" 32768, "512K" 524288, "8M" 8388608, \
-           "128M" 134217728) rotate by -30
+           "128M" 134217728) nomirror
 set mxtics 4
 set xlabel "message size (bytes)"
 set ylabel "busbw (GB/s)"
