@@ -3,12 +3,14 @@
 #
 #   gnuplot -e "dir='build/bench-all'; out='docs/bench-busbw.png'" bench/plot.gp
 #
-# dir: where the .dat files are; out: the PNG; title (optional): a line above the panels.
+# dir: where the .dat files are; out: the PNG; colls (optional): the collectives, one panel
+# each (default "allreduce broadcast allgather"); title (optional): a line above the panels.
 if (!exists("dir")) dir = "build/bench-all"
 if (!exists("out")) out = dir . "/busbw.png"
+if (!exists("colls")) colls = "allreduce broadcast allgather"
 if (!exists("title")) title = "busbw against size: 2 ranks, f32; allreduce and allgather out-of-place, broadcast in-place"
 
-set terminal pngcairo size 1500,520 font "DejaVu Sans,10" noenhanced
+set terminal pngcairo size (500 * words(colls)),520 font "DejaVu Sans,10" noenhanced
 set output out
 set datafile separator "\t"
 set datafile missing "NaN"
@@ -31,8 +33,8 @@ set linetype 4 lc rgb "#d62728" lw 2.5 pt 6 ps 0.7 dt 2
 set linetype 5 lc rgb "#1f77b4" lw 1.5 pt 4 ps 0.6 dt 2
 set linetype 6 lc rgb "#9467bd" lw 1.5 pt 8 ps 0.7 dt 2
 
-set multiplot layout 1,3 title title font ",12"
-do for [coll in "allreduce broadcast allgather"] {
+set multiplot layout 1,words(colls) title title font ",12"
+do for [coll in colls] {
   set title coll
   file = dir . "/busbw-" . coll . ".dat"
   plot for [i=2:7] file using 1:i with linespoints lt (i-1)

@@ -112,7 +112,7 @@ done
 
 python3 "$here/collect.py" "$OUT" $COLLECTIVES || status=$?
 if command -v gnuplot >/dev/null; then
-  gnuplot -e "dir='$OUT'; out='$OUT/busbw.png'" "$here/plot.gp" && echo "run-all.sh: plot: $OUT/busbw.png"
+  gnuplot -e "dir='$OUT'; out='$OUT/busbw.png'; colls='$COLLECTIVES'" "$here/plot.gp" && echo "run-all.sh: plot: $OUT/busbw.png"
   if [ "${UPDATE_DOCS:-0}" = 1 ]; then
     mkdir -p "$repo/docs"
     cp "$OUT/busbw.png" "$repo/docs/bench-busbw.png"
