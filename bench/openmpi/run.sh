@@ -54,11 +54,9 @@ mpicc.openmpi -O2 -std=c11 -o "$OUT/mpi_bench" "$here/mpi_bench.c"
 
 # ob1 so that the btl choice below is what runs (not UCX); no CMA single-copy, which
 # containers often forbid (MPI_ALGOS=sweep over shared memory also tries it: candidate "cma").
-# --oversubscribe only when there are more ranks than cores: it also makes Open MPI yield the
-# core whenever it polls without progress, which on a busy machine turns a 32 MiB allreduce
-# from milliseconds into seconds (measured here at load 13: 2 s instead of 1.4 ms p50 for 8 MiB).
-mpirun_flags=(--allow-run-as-root -np "$NP" --bind-to none --mca pml ob1)
-[ "$NP" -le "$(nproc)" ] || mpirun_flags+=(--oversubscribe)
+# --oversubscribe also makes Open MPI yield the core while it polls: on a machine busy with
+# other work its small messages then take microseconds, not whole scheduler slices.
+mpirun_flags=(--allow-run-as-root -np "$NP" --bind-to none --oversubscribe --mca pml ob1)
 
 # Candidates "number:name" of coll_tuned_<collective>_algorithm (0: tuned's own decision). On 2
 # ranks the others collapse into these (a two-rank ring, pairwise exchange and two_proc send the
