@@ -5,7 +5,7 @@
 #
 #   bench/run-all.sh                                  # everything, ~20-40 min on 2 idle cores
 #   ITERS=50 WARMUP=10 COLLECTIVES="broadcast allgather" bench/run-all.sh
-#   UPDATE_DOCS=1 bench/run-all.sh                    # also copy the plot to docs/
+#   UPDATE_DOCS=1 bench/run-all.sh                    # also the plot to docs/, table to README
 #
 # Series (file prefix in $OUT):
 #   tandem-shm  tandemrun + tandem-perf, the selector's choice (tandem-perf names it)
@@ -23,7 +23,8 @@
 # Environment: MIN MAX FACTOR ITERS WARMUP NP COLLECTIVES (as tandem-perf's -b -e -f -n -w),
 # LIBS (default "tandem openmpi mpich gloo"), OUT (default <repo>/build/bench-all), BUILD_DIR
 # (default <repo>/build; holds bin/tandemrun and bin/tandem-perf), RUN_TIMEOUT (seconds per
-# run, default 900), UPDATE_DOCS=1 (copy busbw.png to docs/bench-busbw.png).
+# run, default 900), PLOT_TITLE, UPDATE_DOCS=1 (copy busbw.png to docs/bench-busbw.png and
+# results.md into README.md between <!-- bench-all:begin --> and <!-- bench-all:end -->).
 # Writes $OUT/results.{md,csv,json}, $OUT/busbw.png and every library's own tables.
 # Installs the libraries from Debian when missing (as root): openmpi-bin libopenmpi-dev, mpich
 # libmpich-dev, libgloo-dev, gnuplot-nox.
@@ -112,11 +113,24 @@ done
 
 python3 "$here/collect.py" "$OUT" $COLLECTIVES || status=$?
 if command -v gnuplot >/dev/null; then
-  gnuplot -e "dir='$OUT'; out='$OUT/busbw.png'; colls='$COLLECTIVES'" "$here/plot.gp" && echo "run-all.sh: plot: $OUT/busbw.png"
-  if [ "${UPDATE_DOCS:-0}" = 1 ]; then
-    mkdir -p "$repo/docs"
-    cp "$OUT/busbw.png" "$repo/docs/bench-busbw.png"
-    echo "run-all.sh: copied to docs/bench-busbw.png"
-  fi
+  title=${PLOT_TITLE:-"busbw against size: $NP ranks, f32; allreduce and allgather out-of-place, broadcast in-place"}
+  gnuplot -e "dir='$OUT'; out='$OUT/busbw.png'; colls='$COLLECTIVES'; title='$title'" \
+    "$here/plot.gp" && echo "run-all.sh: plot: $OUT/busbw.png"
+fi
+# UPDATE_DOCS=1: the plot to docs/, the tables into the README between its bench-all markers.
+if [ "${UPDATE_DOCS:-0}" = 1 ]; then
+  mkdir -p "$repo/docs"
+  [ ! -f "$OUT/busbw.png" ] || cp "$OUT/busbw.png" "$repo/docs/bench-busbw.png"
+  python3 - "$repo/README.md" "$OUT/results.md" <<'PY'
+import sys
+readme, results = sys.argv[1], open(sys.argv[2]).read()
+text = open(readme).read()
+begin, end = "<!-- bench-all:begin -->\n", "<!-- bench-all:end -->"
+i, j = text.find(begin), text.find(end)
+if i < 0 or j < i:
+    sys.exit("run-all.sh: no bench-all markers in " + readme)
+open(readme, "w").write(text[:i + len(begin)] + results + text[j:])
+PY
+  echo "run-all.sh: updated docs/bench-busbw.png and the README's table"
 fi
 exit "$status"
