@@ -8,8 +8,9 @@
 #   MPI_ALGOS=sweep bench/mpich/run.sh    # MPICH's fastest algorithm per size
 #
 # Debian's MPICH 4.0 is built with the ch4:ucx device (`mpichversion`): every message, between
-# ranks of one host too, goes through UCX, so UCX_TLS selects the path: sm,self (UCX's shared
-# memory: posix/sysv segments for small messages, cross-memory attach for large ones). Open MPI
+# ranks of one host too, goes through UCX, so UCX_TLS selects the path: sm,self is UCX's shared
+# memory (UCX_LOG_LEVEL=info shows the lanes tag(sysv/memory cma/memory): a System V segment
+# for small messages, cross-memory attach for large ones); MPICH_UCX_TLS overrides it. Open MPI
 # and MPICH coexist: this calls mpicc.mpich and mpirun.mpich explicitly.
 #
 # MPI_ALGOS=default (the default) runs MPICH's own selection (auto); MPI_ALGOS=sweep also forces
