@@ -7,10 +7,10 @@ import re
 PREFIX = re.compile(r"^\[rank \d+\]: ")
 
 
-def parse(path):
+def parse(path, in_place=False):
     """(rows, header): rows maps size -> (mean us, p50 us, busbw GB/s, #wrong, algorithm) of the
-    out-of-place columns; header holds the summary comment lines. A missing file gives no rows
-    and a header line naming it."""
+    out-of-place columns (the in-place ones with in_place=True); header holds the summary
+    comment lines. A missing file gives no rows and a header line naming it."""
     rows, header = {}, []
     if not os.path.exists(path):
         return rows, ["(missing: %s)" % path]
@@ -24,8 +24,13 @@ def parse(path):
             cols = line.split()
             if len(cols) < 10 or not cols[0].isdigit():
                 continue
-            algo = cols[15].split("|")[0] if len(cols) > 15 else "-"  # the out-of-place one
-            rows[int(cols[0])] = (float(cols[5]), float(cols[6]), float(cols[8]), cols[9], algo)
+            if in_place and len(cols) < 15:
+                continue
+            algos = cols[15].split("|") if len(cols) > 15 else ["-"]  # out-of-place|in-place
+            algo = algos[-1] if in_place else algos[0]
+            c = 10 if in_place else 5
+            rows[int(cols[0])] = (float(cols[c]), float(cols[c + 1]), float(cols[c + 3]),
+                                  cols[c + 4], algo)
     return rows, header
 
 

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# tandem beside Open MPI, MPICH and Gloo in one run: allreduce, broadcast and allgather of f32 on
+# NP ranks of this host, 8 B .. 128 MiB x4, every library at its own fastest algorithm per size;
+# one table (Markdown, CSV, JSON) and one plot of busbw against size.
+#
+#   bench/run-all.sh                                  # everything, ~20-40 min on 2 idle cores
+#   ITERS=50 WARMUP=10 COLLECTIVES="broadcast allgather" bench/run-all.sh
+#   UPDATE_DOCS=1 bench/run-all.sh                    # also the plot to docs/, table to README
+#
+# Series (file prefix in $OUT):
+#   tandem-shm  tandemrun + tandem-perf, the selector's choice (tandem-perf names it)
+#   tandem-tcp  the same with TANDEM_SHM_DISABLE=1 (TCP loopback)
+#   mpi-shm     Open MPI, ob1 + btl self,vader          (bench/openmpi/run.sh)
+#   mpi-tcp     Open MPI, ob1 + btl self,tcp over lo     (bench/openmpi/run.sh)
+#   mpich-shm   MPICH ch4:ucx, UCX_TLS=sm,self           (bench/mpich/run.sh)
+#   gloo-tcp    Gloo's TCP transport on 127.0.0.1        (bench/gloo/run.sh)
+# Fastest algorithm: tandem's selector; Gloo: every candidate probed per size
+# (bench/gloo/gloo_bench.cpp); the MPIs: with MPI_ALGOS=sweep (the default here) one run per
+# forced algorithm and per size the fastest (bench/best_of.py), MPI_ALGOS=default for their
+# own decision only. The collectives are interleaved: each one runs for every library before
+# the next collective starts, so that a change in the machine's load hits all of them.
+#
+# Environment: MIN MAX FACTOR ITERS WARMUP NP COLLECTIVES (as tandem-perf's -b -e -f -n -w),
+# LIBS (default "tandem openmpi mpich gloo"), OUT (default <repo>/build/bench-all), BUILD_DIR
+# (default <repo>/build; holds bin/tandemrun and bin/tandem-perf), RUN_TIMEOUT (seconds per
+# run, default 900), PLOT_TITLE, UPDATE_DOCS=1 (copy busbw.png to docs/bench-busbw.png and
+# results.md into README.md between <!-- bench-all:begin --> and <!-- bench-all:end -->).
+# Writes $OUT/results.{md,csv,json}, $OUT/busbw.png and every library's own tables.
+# Installs the libraries from Debian when missing (as root): openmpi-bin libopenmpi-dev, mpich
+# libmpich-dev, libgloo-dev, gnuplot-nox.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+export BUILD_DIR=${BUILD_DIR:-$repo/build}
+export OUT=${OUT:-$BUILD_DIR/bench-all}
+export MIN=${MIN:-8} MAX=${MAX:-128M} FACTOR=${FACTOR:-4} ITERS=${ITERS:-20}
+export WARMUP=${WARMUP:-5} NP=${NP:-2} RUN_TIMEOUT=${RUN_TIMEOUT:-900}
+export MPI_ALGOS=${MPI_ALGOS:-sweep}
+COLLECTIVES=${COLLECTIVES:-"allreduce broadcast allgather"}
+LIBS=${LIBS:-"tandem openmpi mpich gloo"}
+
+has() { case " $LIBS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+
+if has tandem; then
+  for b in tandemrun tandem-perf; do
+    if [ ! -x "$BUILD_DIR/bin/$b" ]; then
+      echo "run-all.sh: $BUILD_DIR/bin/$b is missing: build tandem first (make build) or set BUILD_DIR" >&2
+      exit 1
+    fi
+  done
+fi
+if ! command -v gnuplot >/dev/null; then
+  if [ "$(id -u)" -eq 0 ]; then
+    echo "run-all.sh: installing gnuplot-nox"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends gnuplot-nox ||
+      { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+        --no-install-recommends gnuplot-nox; }
+  else
+    echo "run-all.sh: gnuplot is missing (sudo apt-get install -y gnuplot-nox); no plot" >&2
+  fi
+fi
+
+mkdir -p "$OUT"
+rm -f "$OUT"/*.txt "$OUT"/*.json "$OUT"/*.dat "$OUT"/results.* "$OUT"/busbw.png
+log=$OUT/run-all.log
+echo "run-all.sh: $NP ranks, sizes $MIN..$MAX x$FACTOR, $ITERS iterations ($WARMUP warmup)," \
+  "libraries: $LIBS, MPI algorithms: $MPI_ALGOS; tables in $OUT, log in $log"
+
+# One library's script for one collective; its output goes to the log, a failure is reported
+# and remembered but does not stop the others.
+status=0
+step() {
+  local name=$1 rc=0
+  shift
+  echo "run-all.sh: $(date -u +%H:%M:%S) $c: $name"
+  "$@" >>"$log" 2>&1 || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "run-all.sh: $c: $name failed (status $rc); see $log" >&2
+    status=$rc
+  fi
+}
+tandem() {
+  local net=$1
+  shift
+  env "$@" timeout -k 5 "$RUN_TIMEOUT" "$BUILD_DIR/bin/tandemrun" --nproc-per-node "$NP" \
+    "$BUILD_DIR/bin/tandem-perf" -c "$c" -b "$MIN" -e "$MAX" -f "$FACTOR" -n "$ITERS" \
+    -w "$WARMUP" --json "$OUT/tandem-$net-$c.json" >"$OUT/tandem-$net-$c.txt"
+}
+
+for c in $COLLECTIVES; do
+  if has tandem; then
+    step "tandem shm" tandem shm TANDEM_SHM_DISABLE=0
+    step "tandem tcp" tandem tcp TANDEM_SHM_DISABLE=1
+  fi
+  has openmpi && step "Open MPI vader + tcp" env COLLECTIVES="$c" WITH_TANDEM=0 "$here/openmpi/run.sh"
+  has mpich && step "MPICH shm" env COLLECTIVES="$c" "$here/mpich/run.sh"
+  has gloo && step "Gloo tcp" env COLLECTIVES="$c" WITH_TANDEM=0 "$here/gloo/run.sh"
+done
+
+# What ran, for the table's footnote.
+{
+  echo "tandem=$(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)"
+  has openmpi && echo "Open MPI=$(mpirun.openmpi --version 2>/dev/null | sed -n '1s/.*) //p')"
+  has mpich && echo "MPICH=$(mpichversion 2>/dev/null | sed -n 's/^MPICH Version:[[:space:]]*//p')" \
+    "($(mpichversion 2>/dev/null | sed -n 's/^MPICH Device:[[:space:]]*//p'), UCX" \
+    "$(dpkg-query -W -f '${Version}' libucx0 2>/dev/null || echo unknown))"
+  has gloo && echo "Gloo=$(dpkg-query -W -f '${Version}' libgloo-dev 2>/dev/null || echo unknown) (Debian libgloo-dev)"
+  echo "CPU=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -1), $(nproc) cores"
+  echo "kernel=$(uname -r)"
+  echo "params=ranks $NP, ITERS $ITERS, WARMUP $WARMUP, MPI_ALGOS $MPI_ALGOS"
+} >"$OUT/versions.txt"
+
+python3 "$here/collect.py" "$OUT" $COLLECTIVES || status=$?
+if command -v gnuplot >/dev/null; then
+  title=${PLOT_TITLE:-"busbw against size: $NP ranks, f32; allreduce and allgather out-of-place, broadcast in-place"}
+  gnuplot -e "dir='$OUT'; out='$OUT/busbw.png'; colls='$COLLECTIVES'; title='$title'" \
+    "$here/plot.gp" && echo "run-all.sh: plot: $OUT/busbw.png"
+fi
+# UPDATE_DOCS=1: the plot to docs/, the tables into the README between its bench-all markers.
+if [ "${UPDATE_DOCS:-0}" = 1 ]; then
+  mkdir -p "$repo/docs"
+  [ ! -f "$OUT/busbw.png" ] || cp "$OUT/busbw.png" "$repo/docs/bench-busbw.png"
+  python3 - "$repo/README.md" "$OUT/results.md" <<'PY'
+import sys
+readme, results = sys.argv[1], open(sys.argv[2]).read()
+text = open(readme).read()
+begin, end = "<!-- bench-all:begin -->\n", "<!-- bench-all:end -->"
+i, j = text.find(begin), text.find(end)
+if i < 0 or j < i:
+    sys.exit("run-all.sh: no bench-all markers in " + readme)
+open(readme, "w").write(text[:i + len(begin)] + results + text[j:])
+PY
+  echo "run-all.sh: updated docs/bench-busbw.png and the README's table"
+fi
+exit "$status"
