@@ -112,18 +112,27 @@ done
 
 if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
   mpicc -O2 -std=c11 -o "$OUT/mpi_bench" "$repo/bench/openmpi/mpi_bench.c"
-  # Each rank enters its namespace by rank number; the launcher's own channel is a unix
-  # socket in /tmp, which namespaces share. Only the TCP btl, on the veth.
+  # Each rank enters its namespace by rank number. The launcher serves PMIx on this
+  # namespace's loopback: pmix_forward.py makes it reachable from the rank's namespace.
+  # Only the TCP btl, on the veth.
   cat > "$OUT/in_ns.sh" <<EOF
-#!/bin/sh
+#!/bin/bash
+set -euo pipefail
 ns=$ns_a
 [ "\$OMPI_COMM_WORLD_RANK" = 1 ] && ns=$ns_b
-exec ip netns exec "\$ns" "\$@"
+port=\${PMIX_SERVER_URI41##*:}
+coproc fwd { exec python3 "$here/pmix_forward.py" "\$ns" "\$port"; }
+read -r ready <&"\${fwd[0]}"
+[ "\$ready" = ready ] || { echo "in_ns.sh: no PMIx forwarder in \$ns" >&2; exit 1; }
+rc=0
+ip netns exec "\$ns" "\$@" || rc=\$?
+kill "\$fwd_PID" 2>/dev/null || true
+exit \$rc
 EOF
   chmod +x "$OUT/in_ns.sh"
   echo "== Open MPI, tcp btl, 1 rank per namespace"
   if mpirun --allow-run-as-root -np 2 --bind-to none --oversubscribe --mca pml ob1 \
-    --mca btl self,tcp --mca btl_tcp_if_include tdm0 --mca oob_tcp_if_include lo \
+    --mca btl self,tcp --mca btl_tcp_if_include tdm0 \
     "$OUT/in_ns.sh" "$OUT/mpi_bench" "${args[@]}" > "$OUT/mpi-tcp.txt" 2>&1; then
     cat "$OUT/mpi-tcp.txt"
   else

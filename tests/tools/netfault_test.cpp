@@ -317,8 +317,9 @@ TEST_P(RateLimitedLink, EveryCollectiveAndSizeIsExact) {
     EXPECT_EQ(cols[4], "0") << "wrong results out of place: " << line;
     EXPECT_TRUE(cols[9] == "0" || cols[9] == "N/A") << "wrong results in place: " << line;
     // Two ranks per namespace: from 16 KiB on, allreduce keeps half its work inside a host.
-    if (std::string(p.collective) == "allreduce" && sizes.back() >= (16u << 10))
+    if (std::string(p.collective) == "allreduce" && sizes.back() >= (16u << 10)) {
       EXPECT_EQ(cols[10], "hierarchical") << line;
+    }
     busbw = cols[3];
     last_time = cols[0];
   }
