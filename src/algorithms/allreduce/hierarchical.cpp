@@ -9,7 +9,7 @@
 // the network. Each phase runs the ring building blocks on a view of the mesh restricted to
 // the ranks of that phase. Every element is reduced by one rank and then copied, so every
 // rank ends with the same bits. Hosts with different numbers of ranks are left to the flat
-// algorithms (supports() is false).
+// algorithms (supports() is false); run anyway, it treats all ranks as one host (a flat ring).
 
 #include "algorithms/builtin.hpp"
 #include "algorithms/common.hpp"
@@ -103,24 +103,28 @@ class Hierarchical final : public Algorithm {
   void run(const Call& call, Context& ctx) const override {
     const int n = ctx.mesh.size();
     const int r = ctx.mesh.rank();
-    TANDEM_CHECK(usable(call.hosts, n),
-                 "hierarchical allreduce needs ranks on several hosts, as many on each");
-    const HostLayout& layout = *call.hosts;
-    const int my_host = layout.host_of[static_cast<std::size_t>(r)];
+    // Without a layout it supports, every rank counts as one host: the flat ring.
+    const bool layered = usable(call.hosts, n);
+    const int hosts = layered ? call.hosts->hosts : 1;
+    const auto host_of = [&](int p) {
+      return layered ? call.hosts->host_of[static_cast<std::size_t>(p)] : 0;
+    };
+    const int my_host = host_of(r);
     // Ranks of this host in rank order, and the position of each rank within its host.
     std::vector<int> local;
     std::vector<int> position(static_cast<std::size_t>(n));
-    std::vector<int> seen(static_cast<std::size_t>(layout.hosts), 0);
+    std::vector<int> seen(static_cast<std::size_t>(hosts), 0);
     for (int p = 0; p < n; ++p) {
-      const int h = layout.host_of[static_cast<std::size_t>(p)];
+      const int h = host_of(p);
       position[static_cast<std::size_t>(p)] = seen[static_cast<std::size_t>(h)]++;
       if (h == my_host) local.push_back(p);
     }
+    const int per_host = static_cast<int>(local.size());
     const int l = position[static_cast<std::size_t>(r)];
-    std::vector<int> cross(static_cast<std::size_t>(layout.hosts), -1);
+    std::vector<int> cross(static_cast<std::size_t>(hosts), -1);
     for (int p = 0; p < n; ++p)
       if (position[static_cast<std::size_t>(p)] == l)
-        cross[static_cast<std::size_t>(layout.host_of[static_cast<std::size_t>(p)])] = p;
+        cross[static_cast<std::size_t>(host_of(p))] = p;
 
     const DataType dt = call.out.dtype;
     const std::size_t es = dtype_size(dt);
@@ -128,14 +132,14 @@ class Hierarchical final : public Algorithm {
 
     SubMesh host_mesh(ctx.mesh, std::move(local), l);
     Context host_ctx{host_mesh, ctx.scratch, ctx.chunk_bytes};
-    const auto off = detail::even_offsets(call.out.count, layout.ranks_per_host);
+    const auto off = detail::even_offsets(call.out.count, per_host);
     const auto ul = static_cast<std::size_t>(l);
     std::byte* mine = out + off[ul] * es;
     detail::ring_reduce_scatter(call, host_ctx, dt, detail::ptr(call.in.data), out, mine, off);
 
     SubMesh link_mesh(ctx.mesh, std::move(cross), my_host);
     Context link_ctx{link_mesh, ctx.scratch, ctx.chunk_bytes};
-    const auto xoff = detail::even_offsets(off[ul + 1] - off[ul], layout.hosts);
+    const auto xoff = detail::even_offsets(off[ul + 1] - off[ul], hosts);
     const auto uh = static_cast<std::size_t>(my_host);
     std::byte* part = mine + xoff[uh] * es;
     detail::ring_reduce_scatter(call, link_ctx, dt, mine, mine, part, xoff);
