@@ -64,6 +64,11 @@ struct CommOptions {
   /// is fine: each rank numbers the ones it creates under a prefix, and the n-th of every
   /// rank belong together.
   std::string store_prefix;
+  /// Emulated host: ranks of one machine with different labels are treated as different
+  /// hosts (TCP between them, host-aware algorithms across them), as if each label were a
+  /// machine of its own. For tests and for trying a multi-host layout on one machine; empty
+  /// (the default) means the real host only.
+  std::string host_label;
 };
 
 /// Per-call options.

@@ -18,6 +18,17 @@
 
 namespace tandem::algorithms {
 
+/// Which host each rank of a communicator runs on (from transport::PeerInfo::host_id). Fixed
+/// for the life of a communicator, so choices made from it may be cached with the others.
+struct HostLayout {
+  std::vector<int> host_of;  ///< host index of each rank; hosts numbered by their lowest rank
+  int hosts = 1;
+  int ranks_per_host = 0;  ///< ranks on every host when all hosts have as many, else 0
+
+  static HostLayout of(const transport::Mesh& mesh);
+  bool spans_hosts() const noexcept { return hosts > 1; }
+};
+
 /// Everything an algorithm needs to know about one collective call.
 struct Call {
   CollectiveKind kind = CollectiveKind::allreduce;
@@ -32,6 +43,8 @@ struct Call {
   /// Fingerprint of (kind, dtype, count, root, seq): every message carries it.
   std::uint32_t tag = 0;
   Deadline deadline = Deadline::max();
+  /// The communicator's host layout (null: unknown, treated as one host).
+  const HostLayout* hosts = nullptr;
 
   bool in_place() const noexcept { return in.data == out.data; }
 };
@@ -65,9 +78,9 @@ class Algorithm {
   virtual std::string_view name() const noexcept = 0;
   virtual CollectiveKind kind() const noexcept = 0;
   /// False when this algorithm cannot run `call` on a group of `world` ranks. The answer may
-  /// depend only on the collective, the dtype, size_class(call), the world size and (for
-  /// allgatherv) counts.size(): communicators cache the selector's choice per (collective,
-  /// dtype, size class).
+  /// depend only on the collective, the dtype, size_class(call), the world size, the host
+  /// layout and (for allgatherv) counts.size(): communicators cache the selector's choice per
+  /// (collective, dtype, size class).
   virtual bool supports(const Call& call, int world) const noexcept = 0;
   /// Runs the call to completion (or throws). Must work for count 0 and for any world size
   /// it claims to support.

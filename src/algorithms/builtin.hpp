@@ -11,6 +11,7 @@ std::unique_ptr<Algorithm> make_allreduce_ring();
 std::unique_ptr<Algorithm> make_allreduce_recursive_doubling();
 std::unique_ptr<Algorithm> make_allreduce_tree();
 std::unique_ptr<Algorithm> make_allreduce_rabenseifner();
+std::unique_ptr<Algorithm> make_allreduce_hierarchical();
 std::unique_ptr<Algorithm> make_broadcast_tree();
 std::unique_ptr<Algorithm> make_broadcast_ring();
 std::unique_ptr<Algorithm> make_reduce_tree();

@@ -65,6 +65,7 @@ using Names = std::span<const std::string_view>;
 
 constexpr std::string_view kRdRing[] = {"recursive_doubling", "ring"};
 constexpr std::string_view kRingRab[] = {"ring", "rabenseifner"};
+constexpr std::string_view kHierRing[] = {"hierarchical", "ring", "rabenseifner"};
 constexpr std::string_view kTreeRing[] = {"tree", "ring"};
 constexpr std::string_view kRingTree[] = {"ring", "tree"};
 constexpr std::string_view kSmallAllgather[] = {"recursive_doubling", "bruck", "ring"};
@@ -79,7 +80,11 @@ Names preference(const Call& call, int world) noexcept {
   const std::size_t bytes = detail::call_bytes(call);
   switch (call.kind) {
     case CollectiveKind::allreduce:
-      return bytes < kAllreduceSmallBytes ? Names(kRdRing) : Names(kRingRab);
+      if (bytes < kAllreduceSmallBytes) return Names(kRdRing);
+      // Across hosts the links between them are the bottleneck: keep traffic inside a host
+      // where there is a host to keep it in (hierarchical supports() only such layouts).
+      return call.hosts != nullptr && call.hosts->spans_hosts() ? Names(kHierRing)
+                                                                : Names(kRingRab);
     case CollectiveKind::broadcast:
       return bytes < kBroadcastSmallBytes ? Names(kTreeRing) : Names(kRingTree);
     case CollectiveKind::reduce:
@@ -107,6 +112,7 @@ const Registry& Registry::builtin() {
     r.add(make_allreduce_recursive_doubling());
     r.add(make_allreduce_tree());
     r.add(make_allreduce_rabenseifner());
+    r.add(make_allreduce_hierarchical());
     r.add(make_broadcast_tree());
     r.add(make_broadcast_ring());
     r.add(make_reduce_tree());

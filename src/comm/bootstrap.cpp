@@ -45,6 +45,7 @@ transport::MeshOptions mesh_options(const CommOptions& o, std::chrono::milliseco
                    "TANDEM_SOCKETS_PER_PEER={} is out of range (1 to 64; default 1)", sockets);
   m.sockets_per_peer = static_cast<int>(sockets);
   m.connect_timeout = timeout;
+  m.host_label = o.host_label;
   return m;
 }
 
@@ -65,6 +66,7 @@ void find_local(Communicator::Impl& impl) {
     if (r < impl.rank) ++impl.local_rank;
     ++impl.local_size;
   }
+  impl.hosts = algorithms::HostLayout::of(*impl.mesh);
 }
 
 void log_summary(const Communicator::Impl& impl) {
@@ -80,6 +82,11 @@ void log_summary(const Communicator::Impl& impl) {
           fmt::format("{}{} to rank{} {}", links.empty() ? "" : ", ", transport::to_string(link),
                       ranks.size() > 1 ? "s" : "", format_ranks(ranks));
     }
+    if (impl.hosts.spans_hosts())
+      links +=
+          impl.hosts.ranks_per_host > 0
+              ? fmt::format("; {} hosts of {} ranks", impl.hosts.hosts, impl.hosts.ranks_per_host)
+              : fmt::format("; {} hosts of different sizes", impl.hosts.hosts);
   } else {
     links = "no peers";
   }
@@ -93,9 +100,10 @@ void log_summary(const Communicator::Impl& impl) {
                   : fmt::format("; forced algorithms '{}'", impl.policy.spec()));
   if (impl.size > 1) {
     const auto& reg = algorithms::Registry::builtin();
-    TANDEM_INFO(init, "communicator '{}': allreduce: {}; broadcast: {}", impl.prefix,
-                describe_choices(impl.policy, reg, CollectiveKind::allreduce, impl.size),
-                describe_choices(impl.policy, reg, CollectiveKind::broadcast, impl.size));
+    TANDEM_INFO(
+        init, "communicator '{}': allreduce: {}; broadcast: {}", impl.prefix,
+        describe_choices(impl.policy, reg, CollectiveKind::allreduce, impl.size, &impl.hosts),
+        describe_choices(impl.policy, reg, CollectiveKind::broadcast, impl.size, &impl.hosts));
   }
 }
 

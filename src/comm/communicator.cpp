@@ -23,6 +23,7 @@ comm::Op make_op(const Impl& impl, CollectiveKind kind, const BufferView& in, co
   c.op = op;
   c.root = root;
   c.counts = counts;
+  c.hosts = &impl.hosts;
   x.issued = Clock::now();
   const auto timeout = std::chrono::duration_cast<Clock::duration>(impl.timeout);
   c.deadline = timeout >= Deadline::max() - x.issued ? Deadline::max() : x.issued + timeout;
@@ -216,8 +217,8 @@ std::string_view Communicator::transport_to(int peer) const {
 std::string_view Communicator::algorithm_for(CollectiveKind kind, std::size_t bytes) const {
   if (impl_->size == 1) return "local";
   return impl_->policy
-      .choose(algorithms::Registry::builtin(), comm::probe_call(kind, bytes, impl_->size),
-              impl_->size, {})
+      .choose(algorithms::Registry::builtin(),
+              comm::probe_call(kind, bytes, impl_->size, &impl_->hosts), impl_->size, {})
       .name();
 }
 

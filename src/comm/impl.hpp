@@ -89,6 +89,8 @@ struct Communicator::Impl {
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
   std::unique_ptr<transport::Mesh> mesh;  ///< null when size == 1
   comm::AlgoPolicy policy;
+  /// Which host each rank runs on (one host when size == 1).
+  algorithms::HostLayout hosts;
   algorithms::Scratch scratch;
   std::size_t chunk_bytes = 1u << 20;
   /// TANDEM_SPIN_US: how long the worker polls posted sends/recvs before it sleeps.

@@ -144,9 +144,11 @@ const algorithms::Algorithm& AlgoPolicy::choose_default(const algorithms::Regist
   return reg.select(call, world, {}, false);
 }
 
-algorithms::Call probe_call(CollectiveKind kind, std::size_t bytes, int world) {
+algorithms::Call probe_call(CollectiveKind kind, std::size_t bytes, int world,
+                            const algorithms::HostLayout* hosts) {
   algorithms::Call c;
   c.kind = kind;
+  c.hosts = hosts;
   const std::size_t n = bytes / sizeof(float);
   const std::size_t w = static_cast<std::size_t>(world < 1 ? 1 : world);
   std::size_t in = n;
@@ -187,7 +189,7 @@ std::string format_bytes(std::size_t bytes) {
 }
 
 std::string describe_choices(const AlgoPolicy& policy, const algorithms::Registry& reg,
-                             CollectiveKind kind, int world) {
+                             CollectiveKind kind, int world, const algorithms::HostLayout* hosts) {
   struct Range {
     std::size_t first;  // index into sizes
     std::string_view name;
@@ -199,7 +201,7 @@ std::string describe_choices(const AlgoPolicy& policy, const algorithms::Registr
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     std::string_view name;
     try {
-      name = policy.choose(reg, probe_call(kind, sizes[i], world), world, {}).name();
+      name = policy.choose(reg, probe_call(kind, sizes[i], world, hosts), world, {}).name();
     } catch (const Error&) {
       name = "none";
     }

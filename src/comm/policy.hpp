@@ -71,11 +71,13 @@ std::string algorithm_names(const algorithms::Registry& reg, CollectiveKind kind
 
 /// A call of the given shape, `bytes` counted as nccl-tests does (the output of allgather
 /// and gather, the input of reduce_scatter and scatter; per rank otherwise), as f32.
-algorithms::Call probe_call(CollectiveKind kind, std::size_t bytes, int world);
+algorithms::Call probe_call(CollectiveKind kind, std::size_t bytes, int world,
+                            const algorithms::HostLayout* hosts = nullptr);
 
 /// "0-8K recursive_doubling, 16K+ ring": the choice for sizes 4 B .. 1 GiB in powers of two.
 std::string describe_choices(const AlgoPolicy& policy, const algorithms::Registry& reg,
-                             CollectiveKind kind, int world);
+                             CollectiveKind kind, int world,
+                             const algorithms::HostLayout* hosts = nullptr);
 
 /// "1M", "64K", "12": a byte count in the binary units of the settings.
 std::string format_bytes(std::size_t bytes);

@@ -515,7 +515,12 @@ std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
   const auto n = static_cast<std::size_t>(size);
 
   RankRecord self;
-  self.info = PeerInfo{rank, net::local_host_name(), local_host_id(), static_cast<int>(::getpid())};
+  TANDEM_CHECK_ARG(options.host_label.find_first_of("\r\n") == std::string::npos,
+                   "host label {:?} must not contain a line break", options.host_label);
+  std::string host_id = local_host_id();
+  if (!options.host_label.empty()) host_id += "/label:" + options.host_label;
+  self.info =
+      PeerInfo{rank, net::local_host_name(), std::move(host_id), static_cast<int>(::getpid())};
   self.shm_disable = options.shm_disable;
   self.streams = options.sockets_per_peer;
   if (size == 1) {

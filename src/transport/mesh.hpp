@@ -149,6 +149,9 @@ struct MeshOptions {
   std::size_t shm_buffer_bytes = 4u << 20;  ///< TANDEM_BUFFSIZE: per shm channel
   int sockets_per_peer = 1;                 ///< TANDEM_SOCKETS_PER_PEER (tcp data streams)
   std::chrono::milliseconds connect_timeout{std::chrono::minutes(10)};
+  /// Appended to this rank's PeerInfo::host_id: ranks with different labels are different
+  /// hosts (tcp between them) even on one machine. Empty: the real host only.
+  std::string host_label;
   /// Called every kLivenessPoll while setup waits for peers: throws Error(PeerLost) when a
   /// rank is known to be gone (the communicator asks the store). Empty: setup waits for the
   /// peers until connect_timeout.

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <arpa/inet.h>
+#include <atomic>
 #include <cstring>
 #include <ifaddrs.h>
 #include <netinet/in.h>
@@ -73,6 +74,28 @@ std::string check_hello(const HelloHead& head, std::string_view token, int self,
   return {};
 }
 
+namespace {
+
+// What the kernel granted for the first data socket of the process (it reports twice the
+// payload it allows, and caps the request at net.core.[wr]mem_max).
+void report_buffers(int fd) {
+  static std::atomic<bool> said{false};
+  if (said.exchange(true, std::memory_order_relaxed)) return;
+  int snd = 0;
+  int rcv = 0;
+  socklen_t len = sizeof snd;
+  ::getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &snd, &len);
+  len = sizeof rcv;
+  ::getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, &len);
+  TANDEM_INFO(tcp,
+              "data sockets: asked for {} KiB buffers each way, the kernel granted {} KiB send, "
+              "{} KiB receive (as it reports them: twice the payload; it caps requests at "
+              "net.core.wmem_max and rmem_max)",
+              kSocketBuffer >> 10, snd >> 10, rcv >> 10);
+}
+
+}  // namespace
+
 void tune_socket(int fd, bool data, bool same_host) {
   net::set_nonblocking(fd, true);
   net::set_nodelay(fd, true);
@@ -92,6 +115,7 @@ void tune_socket(int fd, bool data, bool same_host) {
     return;
   }
   net::set_buffer_sizes(fd, kSocketBuffer, kSocketBuffer);
+  report_buffers(fd);
   // Over loopback there is no congestion to control, and a pacing algorithm (bbr, a common
   // default) throttles a local stream to its own bandwidth estimate: a 2-rank allreduce on
   // one host ran 20-50% faster with reno, which every kernel allows unprivileged. Links

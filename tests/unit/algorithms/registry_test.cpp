@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -73,7 +74,8 @@ ErrorCode code_of(const std::function<void()>& f) {
 
 TEST(Registry, HasEveryCollective) {
   const std::pair<CollectiveKind, std::vector<std::string>> expected[] = {
-      {CollectiveKind::allreduce, {"ring", "recursive_doubling", "tree", "rabenseifner"}},
+      {CollectiveKind::allreduce,
+       {"ring", "recursive_doubling", "tree", "rabenseifner", "hierarchical"}},
       {CollectiveKind::broadcast, {"tree", "ring"}},
       {CollectiveKind::reduce, {"tree", "ring"}},
       {CollectiveKind::allgather, {"ring", "recursive_doubling", "bruck"}},
@@ -167,6 +169,42 @@ TEST(Selector, ChoiceDependsOnlyOnTheSizeClass) {
   EXPECT_EQ(size_class(shaped(CollectiveKind::allreduce, 4, 2)), 3u);
   EXPECT_EQ(size_class(shaped(CollectiveKind::allreduce, 16 * 1024 - 4, 2)), 14u);
   EXPECT_EQ(size_class(shaped(CollectiveKind::allreduce, 16 * 1024, 2)), 15u);
+}
+
+HostLayout layout(std::vector<int> host_of) {
+  HostLayout l;
+  l.host_of = std::move(host_of);
+  l.hosts = 1 + *std::max_element(l.host_of.begin(), l.host_of.end());
+  std::vector<int> per(static_cast<std::size_t>(l.hosts));
+  for (int h : l.host_of) ++per[static_cast<std::size_t>(h)];
+  l.ranks_per_host =
+      std::all_of(per.begin(), per.end(), [&](int c) { return c == per[0]; }) ? per[0] : 0;
+  return l;
+}
+
+TEST(Selector, HierarchicalAllreduceAcrossHostsWithSeveralRanksEach) {
+  const auto with = [](const HostLayout& l, std::size_t bytes, std::string_view forced = {}) {
+    Call c = shaped(CollectiveKind::allreduce, bytes, static_cast<int>(l.host_of.size()));
+    c.hosts = &l;
+    return reg().select(c, static_cast<int>(l.host_of.size()), forced, false).name();
+  };
+  const HostLayout two_by_two = layout({0, 0, 1, 1});
+  const HostLayout interleaved = layout({0, 1, 2, 0, 1, 2});
+  const HostLayout one_each = layout({0, 1});
+  const HostLayout uneven = layout({0, 0, 1});
+  const HostLayout one_host = layout({0, 0, 0, 0});
+  EXPECT_EQ(with(two_by_two, 1 << 20), "hierarchical");
+  EXPECT_EQ(with(interleaved, 64 << 20), "hierarchical");
+  EXPECT_EQ(with(two_by_two, 16 << 10), "hierarchical");
+  // Small messages are latency-bound: the flat log-step algorithm.
+  EXPECT_EQ(with(two_by_two, 8), "recursive_doubling");
+  // Nothing to keep inside a host, hosts of different sizes, or one host: the flat ring.
+  EXPECT_EQ(with(one_each, 1 << 20), "ring");
+  EXPECT_EQ(with(uneven, 1 << 20), "ring");
+  EXPECT_EQ(with(one_host, 1 << 20), "ring");
+  EXPECT_EQ(with(uneven, 1 << 20, "hierarchical"), "ring");
+  EXPECT_EQ(with(two_by_two, 8, "hierarchical"), "hierarchical");
+  EXPECT_EQ(pick(CollectiveKind::allreduce, 1 << 20, 4), "ring");  // no layout: one host
 }
 
 TEST(Selector, AllgathervNeedsCountsPerRank) {
