@@ -44,7 +44,8 @@ Ring::Ring(Sink& sink, int pid, int tid_base, std::size_t capacity, std::string 
       pid_(pid),
       tid_base_(tid_base),
       capacity_(capacity),
-      storage_(std::make_unique_for_overwrite<std::byte[]>(capacity * sizeof(Event))),
+      slots_(capacity + 1),
+      storage_(std::make_unique_for_overwrite<std::byte[]>(slots_ * sizeof(Event))),
       events_(reinterpret_cast<Event*>(storage_.get())),
       lanes_{std::move(lane0_name)} {}
 

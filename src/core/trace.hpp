@@ -84,8 +84,8 @@ class Ring {
   /// The slot of the next event, cleared. Fill it, then commit().
   Event& next() noexcept {
     // A slot is constructed when first used, so a ring's memory is committed as it fills.
-    Event& e = head_ < capacity_ ? *std::construct_at(events_ + head_)
-                                 : events_[static_cast<std::size_t>(head_ % capacity_)];
+    Event& e = head_ < slots_ ? *std::construct_at(events_ + head_)
+                              : events_[static_cast<std::size_t>(head_ % slots_)];
     e.nargs = 0;
     e.error = 0;
     e.lane = 0;
@@ -113,6 +113,9 @@ class Ring {
   const int pid_;
   const int tid_base_;
   const std::uint64_t capacity_;
+  /// One slot more than the events kept: the slot being filled never holds one of them, so
+  /// render() can read a live ring while its writer goes on.
+  const std::uint64_t slots_;
   std::unique_ptr<std::byte[]> storage_;
   Event* events_;
   std::uint64_t head_ = 0;  ///< the writer's count

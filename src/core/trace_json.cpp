@@ -103,11 +103,11 @@ void Ring::render(std::vector<std::string>& out, std::vector<std::string>& metad
   std::vector<Event> copy;
   copy.reserve(static_cast<std::size_t>(head - lo));
   for (std::uint64_t i = lo; i < head; ++i)
-    copy.push_back(events_[static_cast<std::size_t>(i % capacity_)]);
+    copy.push_back(events_[static_cast<std::size_t>(i % slots_)]);
   // The writer may have gone on meanwhile: the slots it reused (and the one it may be filling
   // now) are dropped before anything in them is read.
   const std::uint64_t after = published_.load(std::memory_order_acquire);
-  const std::uint64_t valid_from = after >= capacity_ ? after - capacity_ + 1 : 0;
+  const std::uint64_t valid_from = after + 1 > slots_ ? after + 1 - slots_ : 0;
   std::vector<std::string> errors;
   std::vector<std::string> lanes;
   {
