@@ -177,6 +177,7 @@ std::string json_quote(std::string_view text);
 /// The parts of `file` ("<file>.rank<N>.json"), sorted by rank.
 std::vector<std::filesystem::path> find_parts(const std::filesystem::path& file);
 /// Joins the parts of `file` into `file` (atomically) and, when `remove_parts`, deletes them.
+/// The merged timestamps count from the first event (otherData.ts_base_unix_us holds it).
 /// Returns how many parts were merged (0: none found, `file` untouched). Throws
 /// Error(Io) when a part cannot be read or is not a part written by tandem.
 std::size_t merge_parts(const std::filesystem::path& file, bool remove_parts);

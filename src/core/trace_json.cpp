@@ -11,7 +11,8 @@
 #include <algorithm>
 #include <charconv>
 #include <fstream>
-#include <sstream>
+#include <limits>
+#include <optional>
 #include <unistd.h>
 
 namespace tandem::core::trace {
@@ -225,12 +226,39 @@ std::vector<std::filesystem::path> find_parts(const std::filesystem::path& file)
   return out;
 }
 
+namespace {
+
+// The "ts" of an event line: where its digits are, and its value in ns.
+struct Timestamp {
+  std::size_t begin = 0, end = 0;
+  std::int64_t ns = 0;
+};
+
+std::optional<Timestamp> find_ts(std::string_view line) {
+  constexpr std::string_view key = R"("ts":)";
+  const auto at = line.find(key);
+  if (at == std::string_view::npos) return std::nullopt;
+  Timestamp t;
+  t.begin = at + key.size();
+  std::int64_t us = 0;
+  const char* p = line.data() + t.begin;
+  const char* last = line.data() + line.size();
+  const auto [dot, e1] = std::from_chars(p, last, us);
+  if (e1 != std::errc{} || dot == last || *dot != '.' || us < 0) return std::nullopt;
+  std::int64_t frac = 0;
+  const auto [end, e2] = std::from_chars(dot + 1, last, frac);
+  if (e2 != std::errc{} || end - dot != 4) return std::nullopt;
+  t.end = static_cast<std::size_t>(end - line.data());
+  t.ns = us * 1000 + frac;
+  return t;
+}
+
+}  // namespace
+
 std::size_t merge_parts(const std::filesystem::path& file, bool remove_parts) {
   const auto parts = find_parts(file);
   if (parts.empty()) return 0;
-  std::string merged(kPartHeader);
-  merged += '\n';
-  bool first = true;
+  std::vector<std::string> events;
   for (const auto& part : parts) {
     std::ifstream in(part, std::ios::binary);
     if (!in) TANDEM_THROW(ErrorCode::Io, "timeline: cannot read the trace part {}", part.string());
@@ -244,16 +272,33 @@ std::size_t merge_parts(const std::filesystem::path& file, bool remove_parts) {
                    part.string());
     }
     for (std::size_t i = 1; i + 1 < lines.size(); ++i) {
-      std::string_view l = lines[i];
-      if (l.ends_with(',')) l.remove_suffix(1);
-      if (l.empty()) continue;
-      merged += first ? "" : ",\n";
-      merged.append(l);
-      first = false;
+      std::string& l = lines[i];
+      if (l.ends_with(',')) l.pop_back();
+      if (!l.empty()) events.push_back(std::move(l));
     }
   }
+  // Wall-clock microseconds since 1970 need 16 digits, more than a double (what trace viewers
+  // parse) holds exactly: the merged file counts from the job's first event instead.
+  std::int64_t base = std::numeric_limits<std::int64_t>::max();
+  for (const auto& l : events)
+    if (const auto t = find_ts(l)) base = std::min(base, t->ns);
+  if (base == std::numeric_limits<std::int64_t>::max()) base = 0;
+  std::string merged(kPartHeader);
   merged += '\n';
-  merged += kPartFooter;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    std::string_view l = events[i];
+    if (const auto t = find_ts(l)) {
+      merged.append(l.substr(0, t->begin));
+      merged += format_us(t->ns - base);
+      merged.append(l.substr(t->end));
+    } else {
+      merged.append(l);
+    }
+    merged += i + 1 < events.size() ? ",\n" : "\n";
+  }
+  // Where the merged clock starts: wall-clock microseconds since 1970.
+  merged += fmt::format(R"(],"displayTimeUnit":"ms","otherData":{{"ts_base_unix_us":"{}"}}}})",
+                        format_us(base));
   merged += '\n';
   auto tmp = file;
   tmp += fmt::format(".tmp{}", ::getpid());

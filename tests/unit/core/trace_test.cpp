@@ -177,6 +177,12 @@ TEST(TraceMerge, JoinsEveryRanksPartAndRemovesThem) {
     }
   }
   EXPECT_EQ(per_pid, (std::map<int, int>{{0, 1}, {1, 2}, {2, 3}}));
+  // Rebased to the first event (exact in a double), the base kept.
+  double first = 1e300;
+  for (const auto& e : merged.at("traceEvents"))
+    if (e.at("ph") == "X") first = std::min(first, e.at("ts").get<double>());
+  EXPECT_EQ(first, 0.0);
+  EXPECT_GT(std::stod(merged.at("otherData").at("ts_base_unix_us").get<std::string>()), 1.6e15);
   EXPECT_EQ(named, (std::set<int>{0, 1, 2}));
   EXPECT_EQ(merge_parts(file, true), 0u);  // nothing left: the merged file stays
   EXPECT_TRUE(std::filesystem::exists(file));
