@@ -92,6 +92,12 @@ TEST(Trace, MergedTimelineHasOneTrackPerRankWithEveryCall) {
         s->wait();
         r->wait();
         comm->barrier();  // #6
+        // A split communicator (its setup is allgather #7 of the world) gets its own track.
+        auto sub = comm->split(ctx.rank == 0 ? 0 : 1, ctx.rank);
+        std::vector<float> one(2, 1.0f);
+        sub->allreduce(BufferView::of(std::span<float>(one)), ReduceOp::sum);
+        EXPECT_EQ(one[0], ctx.rank == 0 ? 1.0f : 2.0f);
+        sub.reset();
         EXPECT_EQ(grads[0], static_cast<float>(kRanks));
         EXPECT_EQ(ids[0], 1);
         EXPECT_EQ(in[0], 1);
@@ -111,22 +117,37 @@ TEST(Trace, MergedTimelineHasOneTrackPerRankWithEveryCall) {
   }
   EXPECT_EQ(processes, (std::set<int>{0, 1, 2}));
 
+  std::map<std::pair<int, int>, std::string> thread_names;
+  for (const auto& e : trace.at("traceEvents"))
+    if (e.at("ph") == "M" && e.at("name") == "thread_name")
+      thread_names[{e.at("pid").get<int>(), e.at("tid").get<int>()}] = e.at("args").at("name");
   const auto tracks = spans_by_track(trace);
-  std::map<int, std::vector<json>> collectives;  // per rank
+  std::map<int, std::vector<json>> collectives;   // per rank, the world's track
+  std::map<int, std::vector<std::string>> split;  // per rank, the split communicator's track
   for (const auto& [key, spans] : tracks) {
     expect_well_nested(spans);
-    for (const auto& e : spans)
-      if (e.at("cat") == "collective") collectives[key.first].push_back(e);
+    const std::string& track = thread_names[key];
+    for (const auto& e : spans) {
+      if (e.at("cat") != "collective") continue;
+      if (track == "collectives") {
+        collectives[key.first].push_back(e);
+      } else {
+        EXPECT_TRUE(track.starts_with("collectives of '")) << track;
+        split[key.first].push_back(e.at("name"));
+      }
+    }
   }
+  for (int r = 0; r < kRanks; ++r)
+    EXPECT_EQ(split[r], (std::vector<std::string>{"allreduce #0"})) << "rank " << r;
   ASSERT_EQ(collectives.size(), 3u);
   for (const auto& [rank, spans] : collectives) {
     std::vector<std::string> names;
     for (const auto& e : spans) names.push_back(e.at("name"));
     EXPECT_EQ(names, (std::vector<std::string>{"allreduce #0", "broadcast #1", "allgather #2",
                                                "allreduce #3", "allreduce #4", "barrier #5",
-                                               "barrier #6"}))
+                                               "barrier #6", "allgather #7"}))
         << "rank " << rank;
-    if (names.size() != 7) continue;
+    if (names.size() != 8) continue;
     const auto& ar = spans[0].at("args");
     EXPECT_EQ(ar.at("dtype"), "f32");
     EXPECT_EQ(ar.at("count"), 1024);
@@ -148,7 +169,7 @@ TEST(Trace, MergedTimelineHasOneTrackPerRankWithEveryCall) {
   // entered it.
   for (int r = 0; r < kRanks; ++r)
     for (int q = 0; q < kRanks; ++q)
-      if (collectives[r].size() == 7 && collectives[q].size() == 7) {
+      if (collectives[r].size() == 8 && collectives[q].size() == 8) {
         EXPECT_GE(end_of(collectives[r][5]), collectives[q][5].at("ts").get<double>() - 100.0)
             << "rank " << r << " left barrier #5 before rank " << q << " entered it";
       }
