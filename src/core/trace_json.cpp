@@ -318,8 +318,18 @@ std::size_t merge_parts(const std::filesystem::path& file, bool remove_parts) {
   if (ec)
     TANDEM_THROW(ErrorCode::Io, "timeline: cannot rename {} to {}: {}", tmp.string(), file.string(),
                  ec.message());
-  if (remove_parts)
+  if (remove_parts) {
     for (const auto& part : parts) std::filesystem::remove(part, ec);
+    // Temporary files of ranks killed while they wrote their part.
+    const auto dir = file.parent_path().empty() ? std::filesystem::path(".") : file.parent_path();
+    const std::string stem = file.filename().string();
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.find(".json.tmp") != std::string::npos &&
+          (name.starts_with(stem + ".rank") || name.starts_with(stem + ".pid")))
+        std::filesystem::remove(entry.path(), ec);
+    }
+  }
   return parts.size();
 }
 

@@ -159,11 +159,12 @@ TEST(TraceMerge, JoinsEveryRanksPartAndRemovesThem) {
     auto ring = sink.open(r, "collectives");
     for (int i = 0; i <= r; ++i) record(*ring, i, Clock::now());
   }  // each ring writes its part when destroyed
-  std::ofstream(dir / "job.json.rank7.json.tmp123") << "partial";  // not a part
+  std::ofstream(dir / "job.json.rank7.json.tmp123") << "partial";  // a killed writer's
   std::ofstream(dir / "other.json.rank0.json") << "another job";
   EXPECT_EQ(find_parts(file).size(), 3u);
   EXPECT_EQ(merge_parts(file, true), 3u);
   EXPECT_TRUE(find_parts(file).empty());
+  EXPECT_FALSE(std::filesystem::exists(dir / "job.json.rank7.json.tmp123"));
   EXPECT_TRUE(std::filesystem::exists(dir / "other.json.rank0.json"));
   const json merged = read_json(file);
   std::map<int, int> per_pid;
