@@ -183,6 +183,8 @@ void Communicator::Impl::execute(const Op& op, Clock::time_point now) {
 #endif
   if (collective)
     monitor->entered(c.kind, comm::shape_dtype(c), comm::shape_count(c), c.root, c.seq, now);
+  if (trace) [[unlikely]]
+    comm::trace_begin(*trace, op, now);
   ErrorCode code = ErrorCode::Internal;
   std::string what;
   try {
@@ -201,7 +203,7 @@ void Communicator::Impl::execute(const Op& op, Clock::time_point now) {
     }
     recorder.finish(ticket, true);
     if (trace) [[unlikely]]
-      comm::trace_op(*trace, op, now, Clock::now());
+      trace->close(Clock::now());
     if (collective) monitor->completed(c.seq);
     return;
   } catch (const Error& e) {
@@ -211,7 +213,7 @@ void Communicator::Impl::execute(const Op& op, Clock::time_point now) {
     what = fmt::format("unexpected exception (a bug in tandem; please report it): {}", e.what());
   }
   recorder.finish(ticket, false);
-  if (trace) comm::trace_op(*trace, op, now, Clock::now(), what);
+  if (trace) trace->close(Clock::now(), what);
   if (code == ErrorCode::Timeout && monitor) {
     // The peer a rank waited for may itself wait for another: the progress reports (stable
     // for as long as the collective hung) name the rank that never came.

@@ -50,6 +50,8 @@ std::string describe(const Op& op);
 /// the queue since op.issued; a non-empty `error` marks it failed.
 void trace_op(core::trace::Ring& ring, const Op& op, Clock::time_point start, Clock::time_point end,
               std::string_view error = {});
+/// Starts `op`'s event (running since `start`); ring.close() ends it.
+void trace_begin(core::trace::Ring& ring, const Op& op, Clock::time_point start);
 
 /// The Work of an asynchronous (or queued blocking) operation; owns a copy of its arguments.
 class OpWork final : public Work {

@@ -9,13 +9,18 @@ namespace tandem::comm {
 
 void trace_op(core::trace::Ring& ring, const Op& op, Clock::time_point start, Clock::time_point end,
               std::string_view error) {
+  trace_begin(ring, op, start);
+  ring.close(end, error);
+}
+
+void trace_begin(core::trace::Ring& ring, const Op& op, Clock::time_point start) {
   const auto& c = op.call;
   const DataType dtype = shape_dtype(c);
   const std::size_t count = shape_count(c);
   auto& e = ring.next();
   e.label = to_string(c.kind);
   e.start = start;
-  e.end = end;
+  e.end = start;
   e.queued = op.issued;
   e.add("dtype", to_string(dtype));
   e.add("count", static_cast<std::int64_t>(count));
@@ -54,8 +59,7 @@ void trace_op(core::trace::Ring& ring, const Op& op, Clock::time_point start, Cl
       break;
   }
   if (c.kind != CollectiveKind::barrier) e.add_flag("in_place", c.in_place());
-  if (!error.empty()) ring.set_error(e, error);
-  ring.commit();
+  ring.mark_open();
 }
 
 }  // namespace tandem::comm

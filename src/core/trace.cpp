@@ -9,9 +9,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fcntl.h>
 #include <fstream>
 #include <memory>
 #include <new>
@@ -96,8 +99,51 @@ Sink* Sink::get() {
                              static_cast<std::size_t>(events));
     // Rings still alive at exit (a communicator never destroyed) are written then.
     std::atexit([] { sink->flush(); });
+    sink->watch_stop_signals();
   }
   return sink;
+}
+
+namespace {
+
+int g_stop_pipe[2] = {-1, -1};
+
+extern "C" void on_stop_signal(int sig) {
+  const int saved = errno;
+  const auto b = static_cast<unsigned char>(sig);
+  [[maybe_unused]] const auto n = ::write(g_stop_pipe[1], &b, 1);
+  errno = saved;
+}
+
+}  // namespace
+
+void Sink::watch_stop_signals() {
+  std::vector<int> mine;
+  for (int sig : {SIGTERM, SIGINT}) {
+    struct sigaction old {};
+    if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_DFL &&
+        (old.sa_flags & SA_SIGINFO) == 0)
+      mine.push_back(sig);
+  }
+  if (mine.empty() || ::pipe2(g_stop_pipe, O_CLOEXEC) != 0) return;
+  try {
+    stop_writer_ = std::thread([this] {
+      unsigned char sig = 0;
+      while (::read(g_stop_pipe[0], &sig, 1) != 1) {
+        if (errno != EINTR) return;
+      }
+      flush();
+      ::signal(sig, SIG_DFL);
+      ::raise(sig);
+    });
+  } catch (const std::system_error&) {
+    return;  // no thread: the part is written at the usual points only
+  }
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int sig : mine) ::sigaction(sig, &sa, nullptr);
 }
 
 void Sink::set_rank(int rank) {

@@ -24,6 +24,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -96,6 +97,17 @@ class Ring {
     return e;
   }
   void commit() noexcept { published_.store(++head_, std::memory_order_release); }
+  /// An operation that has started: the slot from next(), filled but for its end, is shown
+  /// as unfinished if the part is written (a stop signal) before close() commits it.
+  void mark_open() noexcept { open_.store(true, std::memory_order_release); }
+  /// Ends the open event at `end` (a non-empty `error` marks it failed) and commits it.
+  void close(Clock::time_point end, std::string_view error = {}) {
+    Event& e = events_[static_cast<std::size_t>(head_ % slots_)];
+    e.end = end;
+    if (!error.empty()) set_error(e, error);
+    open_.store(false, std::memory_order_relaxed);
+    commit();
+  }
   /// Stores a failure's text for event.error (failure path only: takes a lock).
   void set_error(Event& e, std::string_view text);
   /// Names thread track `lane` ("ddp bucket 3"); not on a hot path.
@@ -120,6 +132,7 @@ class Ring {
   Event* events_;
   std::uint64_t head_ = 0;  ///< the writer's count
   std::atomic<std::uint64_t> published_{0};
+  std::atomic<bool> open_{false};
   mutable std::mutex mutex_;  ///< errors_ and lanes_
   std::vector<std::string> errors_;
   std::vector<std::string> lanes_;
@@ -149,6 +162,10 @@ class Sink {
   Sink(std::filesystem::path file, std::size_t capacity);
 
  private:
+  /// A rank stopped with SIGTERM or SIGINT (tandemrun stops the others when one fails) still
+  /// writes its part: unless the program handles those signals itself, a handler wakes a
+  /// thread that writes the part and then lets the signal end the process as it would have.
+  void watch_stop_signals();
   friend class Ring;
   void attach(Ring* ring);
   void retire(Ring* ring) noexcept;
@@ -164,7 +181,8 @@ class Sink {
   std::vector<Ring*> live_;
   std::deque<std::string> retired_;  ///< rendered events of destroyed rings, bounded
   std::vector<std::string> metadata_;
-  std::vector<int> pids_;  ///< process tracks named so far
+  std::vector<int> pids_;    ///< process tracks named so far
+  std::thread stop_writer_;  ///< the process's sink is never destroyed: runs until exit
 };
 
 /// First and last line of a part file; every line between them is one trace event.

@@ -109,6 +109,19 @@ void Ring::render(std::vector<std::string>& out, std::vector<std::string>& metad
   // now) are dropped before anything in them is read.
   const std::uint64_t after = published_.load(std::memory_order_acquire);
   const std::uint64_t valid_from = after + 1 > slots_ ? after + 1 - slots_ : 0;
+  // The operation running now (written from another thread, by a stop signal): kept only if
+  // it was still open, and not committed, after it was copied.
+  bool running = false;
+  if (open_.load(std::memory_order_acquire)) {
+    Event e = events_[static_cast<std::size_t>(after % slots_)];
+    if (open_.load(std::memory_order_acquire) &&
+        published_.load(std::memory_order_acquire) == after) {
+      e.end = Clock::now();
+      if (e.nargs < Event::kMaxArgs) e.add_flag("unfinished", true);
+      copy.push_back(e);
+      running = true;
+    }
+  }
   std::vector<std::string> errors;
   std::vector<std::string> lanes;
   {
@@ -128,7 +141,7 @@ void Ring::render(std::vector<std::string>& out, std::vector<std::string>& metad
   }
   for (std::size_t k = 0; k < copy.size(); ++k) {
     const std::uint64_t index = lo + k;
-    if (index < valid_from) continue;
+    if (index < valid_from && !(running && k + 1 == copy.size())) continue;
     const Event& e = copy[k];
     const int tid = tid_base_ + e.lane;
     std::string name(e.label);

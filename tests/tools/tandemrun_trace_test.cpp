@@ -6,9 +6,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
+#include <vector>
 
 namespace tandem::testing {
 namespace {
@@ -43,6 +46,41 @@ TEST(TandemrunTrace, MergesTheRanksPartsIntoTheFileWhenTheJobEnds) {
   }
   EXPECT_EQ(named, (std::set<int>{0, 1}));
   EXPECT_EQ(with_allreduce, (std::set<int>{0, 1}));
+}
+
+// A job stopped while ranks hang in a collective: each rank writes its part on SIGTERM, and
+// the collective the others wait in shows as unfinished.
+TEST(TandemrunTrace, StoppedJobShowsTheCollectiveRanksHangIn) {
+  TempDir dir;
+  const auto file = dir / "hang.json";
+  Subprocess p(
+      {tandemrun_path(), "--nproc-per-node", "3",
+       (fs::path(TANDEM_BINARY_DIR) / "bin" / "fault_worker").string(), "hang", "1", "5", "10"},
+      {"TANDEM_TRACE=" + file.string(), "TANDEM_TIMEOUT=120", "TANDEM_STALL_WARN=1"});
+  // The stall warning: ranks 0 and 2 are inside allreduce #5.
+  ASSERT_TRUE(p.wait_for(
+      [](const std::string& out, const std::string& err) {
+        return (out + err).find("ranks 0,2 waiting in it since") != std::string::npos;
+      },
+      90s))
+      << p.out() << p.err();
+  ASSERT_EQ(::kill(p.pid(), SIGTERM), 0);
+  const auto r = p.wait(60s);
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 143) << r.err;
+  EXPECT_NE(r.err.find("timeline of 3 ranks written"), std::string::npos) << r.err;
+  const json trace = read_json(file);
+  std::map<int, std::vector<std::string>> unfinished;
+  std::map<int, int> spans;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.at("ph") != "X") continue;
+    const int pid = e.at("pid").get<int>();
+    ++spans[pid];
+    if (e.at("args").value("unfinished", false)) unfinished[pid].push_back(e.at("name"));
+  }
+  EXPECT_EQ(unfinished, (std::map<int, std::vector<std::string>>{{0, {"allreduce #5"}},
+                                                                 {2, {"allreduce #5"}}}));
+  EXPECT_EQ(spans[1], 5) << "rank 1 completed allreduce #0-#4 and never entered #5";
 }
 
 TEST(TandemrunTrace, MergeTraceJoinsLeftoverParts) {

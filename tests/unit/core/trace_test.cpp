@@ -150,6 +150,34 @@ TEST(TraceRing, ErrorsQueuedSpansAndAsyncEvents) {
   EXPECT_NEAR(events[0].at("ts").get<double>(), now_us, 60e6);
 }
 
+TEST(TraceRing, AnOpenEventIsWrittenAsUnfinishedUntilClosed) {
+  testing::TempDir dir;
+  Sink sink(dir / "t.json", 16);
+  sink.set_rank(0);
+  auto ring = sink.open(0, "collectives");
+  const auto t0 = Clock::now();
+  auto& e = ring->next();
+  e.label = "allreduce";
+  e.number = 3;
+  e.category = "collective";
+  e.start = t0;
+  e.end = t0;
+  ring->mark_open();
+  sink.flush();
+  auto events = events_of(read_json(sink.part_path()));
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].at("name"), "allreduce #3");
+  EXPECT_EQ(events[0].at("args").at("unfinished"), true);
+  EXPECT_GE(events[0].at("dur").get<double>(), 0.0);
+  ring->close(t0 + 7us, "it failed");
+  sink.flush();
+  events = events_of(read_json(sink.part_path()));
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_FALSE(events[0].at("args").contains("unfinished"));
+  EXPECT_EQ(events[0].at("args").at("error"), "it failed");
+  EXPECT_NEAR(events[0].at("dur").get<double>(), 7.0, 1e-9);
+}
+
 TEST(TraceMerge, JoinsEveryRanksPartAndRemovesThem) {
   testing::TempDir dir;
   const auto file = dir / "job.json";
