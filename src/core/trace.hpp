@@ -9,7 +9,8 @@
 //
 // The process's Sink owns the output: it lists the live rings, keeps the rendered events of
 // rings already destroyed (bounded) and writes "<file>.rank<N>.json" atomically (temp file +
-// rename) when a ring is destroyed, on the first failure of a communicator and at exit.
+// rename) when a ring is destroyed, on the first failure of a communicator, at exit and when
+// the process is stopped by SIGTERM/SIGINT.
 // merge_parts() joins every rank's part into <file> (tandemrun does it when the job ends).
 
 #include <tandem/types.hpp>
