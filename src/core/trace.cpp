@@ -18,6 +18,7 @@
 #include <fstream>
 #include <memory>
 #include <new>
+#include <pthread.h>
 #include <system_error>
 #include <unistd.h>
 
@@ -60,12 +61,15 @@ void Ring::set_error(Event& e, std::string_view text) {
   std::lock_guard lock(mutex_);
   // Bounded like the events: after a failure every later operation fails with the same text.
   if (!errors_.empty() && errors_.back() == text) {
-    e.error = static_cast<std::uint32_t>(errors_.size());
+    e.error = static_cast<std::uint32_t>(errors_dropped_ + errors_.size());
     return;
   }
-  if (errors_.size() >= 256) errors_.erase(errors_.begin());
+  if (errors_.size() >= 256) {
+    errors_.erase(errors_.begin());
+    ++errors_dropped_;
+  }
   errors_.emplace_back(text);
-  e.error = static_cast<std::uint32_t>(errors_.size());
+  e.error = static_cast<std::uint32_t>(errors_dropped_ + errors_.size());
 }
 
 void Ring::name_lane(std::uint16_t lane, std::string name) {
@@ -115,6 +119,16 @@ extern "C" void on_stop_signal(int sig) {
   errno = saved;
 }
 
+// A forked child (a data-loading worker) has no writer thread, and its signals must not wake
+// the parent's through the shared pipe: it gets the default dispositions back.
+extern "C" void reset_in_child() {
+  for (int sig : {SIGTERM, SIGINT}) {
+    struct sigaction now {};
+    if (::sigaction(sig, nullptr, &now) == 0 && now.sa_handler == on_stop_signal)
+      ::signal(sig, SIG_DFL);
+  }
+}
+
 }  // namespace
 
 void Sink::watch_stop_signals() {
@@ -139,6 +153,7 @@ void Sink::watch_stop_signals() {
   } catch (const std::system_error&) {
     return;  // no thread: the part is written at the usual points only
   }
+  ::pthread_atfork(nullptr, nullptr, reset_in_child);
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);

@@ -134,8 +134,9 @@ class Ring {
   std::uint64_t head_ = 0;  ///< the writer's count
   std::atomic<std::uint64_t> published_{0};
   std::atomic<bool> open_{false};
-  mutable std::mutex mutex_;  ///< errors_ and lanes_
-  std::vector<std::string> errors_;
+  mutable std::mutex mutex_;         ///< errors_ and lanes_
+  std::vector<std::string> errors_;  ///< the last 256 texts; Event::error counts all of them
+  std::size_t errors_dropped_ = 0;
   std::vector<std::string> lanes_;
 };
 

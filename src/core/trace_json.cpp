@@ -124,9 +124,11 @@ void Ring::render(std::vector<std::string>& out, std::vector<std::string>& metad
   }
   std::vector<std::string> errors;
   std::vector<std::string> lanes;
+  std::size_t errors_dropped = 0;
   {
     std::lock_guard lock(mutex_);
     errors = errors_;
+    errors_dropped = errors_dropped_;
     lanes = lanes_;
   }
   for (std::size_t lane = 0; lane < lanes.size(); ++lane) {
@@ -173,9 +175,9 @@ void Ring::render(std::vector<std::string>& out, std::vector<std::string>& metad
       const auto q = std::chrono::duration_cast<std::chrono::nanoseconds>(e.start - e.queued);
       args += fmt::format(R"({}"queued_us":{})", args.empty() ? "" : ",", format_us(q.count()));
     }
-    if (e.error > 0 && e.error <= errors.size())
-      args +=
-          fmt::format(R"({}"error":{})", args.empty() ? "" : ",", json_quote(errors[e.error - 1]));
+    if (e.error > errors_dropped && e.error - errors_dropped <= errors.size())
+      args += fmt::format(R"({}"error":{})", args.empty() ? "" : ",",
+                          json_quote(errors[e.error - errors_dropped - 1]));
     const std::string where = fmt::format(R"("pid":{},"tid":{})", pid_, tid);
     if (e.shape == Event::Shape::complete) {
       out.push_back(
