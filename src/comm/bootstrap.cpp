@@ -1,7 +1,9 @@
 #include "comm/bootstrap.hpp"
 
+#include "comm/impl.hpp"
 #include "core/net.hpp"
 #include "core/reduce.hpp"
+#include "core/trace.hpp"
 
 #include <tandem/error.hpp>
 #include <tandem/log.hpp>
@@ -203,6 +205,14 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
   impl->store->set_timeout(impl->timeout);
   impl->options = std::move(options);
   if (is_world) log::set_rank(rank, size);
+  if (auto* sink = core::trace::Sink::get()) {
+    // One process track per rank of the world; a split communicator gets a thread track there.
+    if (is_world) sink->set_rank(rank);
+    const int pid = is_world ? rank : std::max(sink->rank(), 0);
+    impl->trace = sink->open(
+        pid, is_world ? std::string("collectives")
+                      : fmt::format("collectives of '{}' (rank {} of {})", prefix, rank, size));
+  }
 
   if (size > 1) {
     watch_peers(*impl, std::move(lost_key), mesh_opts);

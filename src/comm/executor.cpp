@@ -183,6 +183,8 @@ void Communicator::Impl::execute(const Op& op, Clock::time_point now) {
 #endif
   if (collective)
     monitor->entered(c.kind, comm::shape_dtype(c), comm::shape_count(c), c.root, c.seq, now);
+  if (trace) [[unlikely]]
+    comm::trace_begin(*trace, op, now);
   ErrorCode code = ErrorCode::Internal;
   std::string what;
   try {
@@ -200,6 +202,8 @@ void Communicator::Impl::execute(const Op& op, Clock::time_point now) {
       op.algorithm->run(c, ctx);
     }
     recorder.finish(ticket, true);
+    if (trace) [[unlikely]]
+      trace->close(Clock::now());
     if (collective) monitor->completed(c.seq);
     return;
   } catch (const Error& e) {
@@ -209,6 +213,7 @@ void Communicator::Impl::execute(const Op& op, Clock::time_point now) {
     what = fmt::format("unexpected exception (a bug in tandem; please report it): {}", e.what());
   }
   recorder.finish(ticket, false);
+  if (trace) trace->close(Clock::now(), what);
   if (code == ErrorCode::Timeout && monitor) {
     // The peer a rank waited for may itself wait for another: the progress reports (stable
     // for as long as the collective hung) name the rank that never came.
@@ -237,6 +242,9 @@ std::string Communicator::Impl::fail(const Op& op, ErrorCode code, std::string_v
     if (owns_mesh) TANDEM_WARN(coll, "flight recorder: {}", recorder.dump());
     // For the other ranks' reports and tandemrun's.
     if (monitor) monitor->publish_failure(message, owns_mesh ? &recorder : nullptr);
+    // A job that fails is when its timeline is wanted: write it now, the process may not
+    // get to destroy the communicator.
+    if (trace && owns_mesh) trace->sink().flush();
   }
   if (mesh && owns_mesh) {
     // Requests that were posted when the failure struck (an algorithm's, already unwound,

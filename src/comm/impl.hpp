@@ -6,6 +6,7 @@
 #include "comm/flight_recorder.hpp"
 #include "comm/monitor.hpp"
 #include "comm/policy.hpp"
+#include "core/trace.hpp"
 #include "transport/mesh.hpp"
 
 #include <tandem/communicator.hpp>
@@ -45,6 +46,13 @@ inline bool is_p2p(CollectiveKind k) noexcept {
 /// "allreduce #12 (f32 x 1048576, ring)".
 std::string describe(const Op& op);
 
+/// Records `op` on the timeline (trace.cpp): it ran from `start` to `end` after waiting in
+/// the queue since op.issued; a non-empty `error` marks it failed.
+void trace_op(core::trace::Ring& ring, const Op& op, Clock::time_point start, Clock::time_point end,
+              std::string_view error = {});
+/// Starts `op`'s event (running since `start`); ring.close() ends it.
+void trace_begin(core::trace::Ring& ring, const Op& op, Clock::time_point start);
+
 /// The Work of an asynchronous (or queued blocking) operation; owns a copy of its arguments.
 class OpWork final : public Work {
  public:
@@ -59,6 +67,10 @@ class OpWork final : public Work {
   // Point to point on the worker: the posted request and its flight-recorder ticket.
   transport::Request request;
   std::uint64_t ticket = 0;
+  /// Timeline only: when a send/recv was posted, and when the operation completed (read by
+  /// the DDP Reducer after wait(), to draw when a bucket's allreduce really ended).
+  Clock::time_point posted_at{};
+  Clock::time_point completed_at{};
 
  protected:
   std::string describe() const override;
@@ -126,6 +138,9 @@ struct Communicator::Impl {
   std::string error_message;
 
   comm::FlightRecorder recorder;
+  /// TANDEM_TRACE: this communicator's timeline track (null when off). Written by the thread
+  /// that owns the mesh, like the recorder.
+  std::unique_ptr<core::trace::Ring> trace;
   /// Publishes progress, reports stalls and mismatches that left every rank waiting (size > 1).
   std::shared_ptr<comm::Monitor> monitor;
   /// The first failure was logged with the flight recorder and published for the reports.

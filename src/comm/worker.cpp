@@ -95,6 +95,7 @@ void Communicator::Impl::worker_loop() {
 }
 
 void Communicator::Impl::complete(const std::shared_ptr<OpWork>& work, std::exception_ptr failure) {
+  if (trace) work->completed_at = Clock::now();
   {
     std::lock_guard guard(mutex);
     --active;
@@ -129,6 +130,7 @@ void Communicator::Impl::start_p2p(const std::shared_ptr<OpWork>& work) {
     return;
   }
   const auto now = Clock::now();
+  work->posted_at = now;
   work->ticket = recorder.start(c.kind, comm::shape_dtype(c), comm::shape_count(c), c.root, c.seq,
                                 work->op.algorithm ? work->op.algorithm->name() : "direct", now);
   ErrorCode code = ErrorCode::Timeout;
@@ -153,6 +155,7 @@ void Communicator::Impl::start_p2p(const std::shared_ptr<OpWork>& work) {
     }
   }
   recorder.finish(work->ticket, false);
+  if (trace) comm::trace_op(*trace, work->op, now, Clock::now(), what);
   const std::string message = fail(work->op, code, what);
   fail_in_flight(code, {});
   complete(work, std::make_exception_ptr(Error(code, message, __FILE__, __LINE__)));
@@ -186,6 +189,7 @@ bool Communicator::Impl::progress_p2p() {
     auto work = std::move(in_flight[i]);
     in_flight.erase(in_flight.begin() + static_cast<std::ptrdiff_t>(i));
     recorder.finish(work->ticket, true);
+    if (trace) comm::trace_op(*trace, work->op, work->posted_at, Clock::now());
     complete(work, nullptr);
     completed = true;
   }
@@ -212,6 +216,10 @@ void Communicator::Impl::fail_in_flight(ErrorCode code, std::string_view what) {
   for (std::size_t i = 0; i < in_flight.size(); ++i) {
     const auto& w = in_flight[i];
     recorder.finish(w->ticket, false);
+    if (trace)
+      comm::trace_op(
+          *trace, w->op, w->posted_at, Clock::now(),
+          what.empty() ? std::string_view("failed: the communicator was poisoned") : what);
     if (!poisoned.load(std::memory_order_acquire)) {
       errors[i] = std::make_exception_ptr(Error(code, fail(w->op, code, what), __FILE__, __LINE__));
     } else {

@@ -48,6 +48,11 @@ constexpr std::array kSettings{
             "Shared secret for the store and peer handshakes (tandemrun generates one)."},
     Setting{"TANDEM_TIMEOUT", seconds, "600",
             "Deadline of every blocking operation, in seconds (fractions allowed)."},
+    Setting{"TANDEM_TRACE", string, "",
+            "Writes a Chrome-trace timeline of collectives and DDP buckets to this file (one "
+            "part per rank, merged by tandemrun); empty: off."},
+    Setting{"TANDEM_TRACE_EVENTS", integer, "100000",
+            "Timeline: the last events kept per communicator and per Reducer."},
 };
 
 static_assert(std::ranges::is_sorted(kSettings, {}, &Setting::name),

@@ -56,6 +56,8 @@ Reducer::Reducer(std::shared_ptr<Communicator> comm, std::vector<BufferView> gra
     s.grads.push_back(g);
   }
   s.hook = allreduce_hook();
+  if (auto* sink = core::trace::Sink::get())
+    s.trace = sink->open(std::max(sink->rank(), 0), "ddp backward");
   if (s.options.verify_parameters) s.verify_across_ranks();
 
   std::vector<std::size_t> reverse(s.grads.size());
@@ -166,6 +168,7 @@ void Reducer::Impl::start_pass() {
   if (started) return;
   started = true;
   pass_sync = require_sync.load();
+  if (trace) pass_start = Clock::now();
   retired.clear();
 }
 
@@ -194,6 +197,7 @@ void Reducer::Impl::launch_ready_buckets() noexcept {
     const std::size_t b = next_launch++;
     Bucket& k = buckets[b];
     k.launched = true;
+    if (trace) k.launched_at = Clock::now();
     launches.push_back({b, mark_count});
     try {
       k.work = hook->start(grad_bucket(b));
@@ -207,7 +211,10 @@ void Reducer::Impl::launch_ready_buckets() noexcept {
 
 void Reducer::Impl::complete(std::size_t index) {
   Bucket& k = buckets[bucket_of[index]];
-  if (--k.pending == 0) launch_ready_buckets();
+  if (--k.pending == 0) {
+    if (trace) k.ready_at = Clock::now();
+    launch_ready_buckets();
+  }
 }
 
 void Reducer::Impl::mark_ready(std::size_t index) {
@@ -326,8 +333,24 @@ void Reducer::finalize_backward() {
     Impl& s;
     ~ResetPass() { s.reset_pass(); }
   } reset{s};
+  // Before the reset: the pass on the timeline, also when it fails.
+  struct TracePass {
+    Impl& s;
+    Clock::time_point start;
+    std::exception_ptr failure;
+    bool done = false;
+    ~TracePass() {
+      if (s.trace && !done)
+        s.trace_pass(start, failure ? failure
+                                    : std::make_exception_ptr(
+                                          Error(ErrorCode::InvalidArgument,
+                                                "finalize_backward failed (see what it threw)")));
+    }
+  } trace{s, s.trace ? Clock::now() : Clock::time_point{}, nullptr};
   if (!s.pass_sync) {
     ++s.local_passes;
+    trace.done = true;
+    if (s.trace) s.trace_pass(trace.start, nullptr);
     return;
   }
 
@@ -378,11 +401,14 @@ void Reducer::finalize_backward() {
       if (!failure) failure = std::current_exception();
     }
   }
+  trace.failure = failure;
   if (failure) std::rethrow_exception(failure);
   if (log::enabled(log::Level::detail, log::Subsys::ddp)) s.verify_pass();
 
   s.write_back();
   std::fill(s.accumulated.begin(), s.accumulated.end(), std::uint8_t{0});
+  trace.done = true;
+  if (s.trace) s.trace_pass(trace.start, nullptr);
   ++s.sync_passes;
   s.last_launches = s.launches;
   s.last_order = s.order;

@@ -3,6 +3,7 @@
 // (assignment, verification, the rebuild). Every member is guarded by `mutex`, except
 // require_sync which may flip at any time and is read once per pass.
 
+#include "core/trace.hpp"
 #include "ddp/aligned_buffer.hpp"
 
 #include <tandem/ddp.hpp>
@@ -26,6 +27,9 @@ struct Bucket {
   std::size_t pending = 0;  // parameters not marked yet
   bool launched = false;
   std::shared_ptr<Work> work;
+  /// Timeline only: when its last gradient came in, and when its collective was started.
+  Clock::time_point ready_at{};
+  Clock::time_point launched_at{};
 
   BufferView view() const noexcept { return {buffer.data(), count, dtype, Device::cpu()}; }
 };
@@ -69,6 +73,11 @@ struct Reducer::Impl {
   std::vector<LaunchRecord> last_launches;
   std::vector<std::size_t> last_order;
 
+  // ---- timeline (TANDEM_TRACE; null when off) ----
+  std::unique_ptr<core::trace::Ring> trace;
+  Clock::time_point pass_start{};
+  std::size_t named_lanes = 0;
+
   // reducer.cpp
   void start_pass();
   void reset_pass() noexcept;
@@ -83,6 +92,9 @@ struct Reducer::Impl {
   /// left running.
   bool quiesce(Deadline deadline) noexcept;
   void write_back() noexcept;
+  /// Records the pass on the timeline: the backward span, finalize_backward inside it, and
+  /// each started bucket on its own track, from ready through launched to done.
+  void trace_pass(Clock::time_point finalize_start, const std::exception_ptr& failure) noexcept;
 
   // buckets.cpp
   /// Lays out buckets (fresh zeroed memory) for an assignment and indexes the parameters.

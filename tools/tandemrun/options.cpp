@@ -443,6 +443,8 @@ ParseResult parse_command_line(int argc, char** argv) {
       "PROGRAM runs directly (no shell); its stdin is /dev/null. Each worker is its own process "
       "group and dies with tandemrun.\n"
       "Several nodes need TANDEM_STORE_TOKEN set to the same secret on every node.\n"
+      "TANDEM_TRACE=FILE: the workers' timelines are merged into FILE when the job ends; "
+      "`tandemrun --merge-trace FILE` merges parts left by a run without tandemrun.\n"
       "Exit status: 0 when every worker exits 0; else the root-cause worker's exit code "
       "(128+N when killed by signal N), the same on every node; 1 when a node is lost; "
       "130/143 after SIGINT/SIGTERM; 2 for a usage error.\n"
