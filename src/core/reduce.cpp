@@ -18,6 +18,7 @@
 #include <hwy/highway.h>
 
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -447,11 +448,11 @@ void divide_int(void* dst, std::size_t n, int divisor) noexcept {
   }
 }
 
-// ---- counts below one vector --------------------------------------------------------
+// ---- under 32 bytes ------------------------------------------------------------------
 // The vector kernels would pad them through the stack, and the dispatch costs more than the
 // arithmetic (an 8-byte allreduce reduces two floats). These give the same bits as the
 // kernels on x86: min/max pick like MINPS/MAXPS (the second operand unless the first is
-// strictly smaller/larger) after the NaN checks; f16/bf16 round as the vector codecs do.
+// strictly smaller/larger) after the NaN checks; bf16 rounds as the vector code does.
 
 constexpr std::size_t kScalarBytes = 32;
 
@@ -515,13 +516,17 @@ void reduce_scalar(void* dst, const void* a, const void* b, std::size_t n, DataT
     case DataType::f64:
       return scalar_loop<double>(dst, a, b, n,
                                  [op](double x, double y) { return scalar_float(x, y, op); });
-    case DataType::f16:
+    case DataType::f16:  // not taken (see reduce()); correct all the same
       return scalar_loop<std::uint16_t>(dst, a, b, n, [op](std::uint16_t x, std::uint16_t y) {
         return float_to_half(scalar_float(half_to_float(x), half_to_float(y), op));
       });
-    case DataType::bf16:
+    case DataType::bf16:  // half.cpp's conversions, inline: calls would cost more than the sum
       return scalar_loop<std::uint16_t>(dst, a, b, n, [op](std::uint16_t x, std::uint16_t y) {
-        return float_to_bf16(scalar_float(bf16_to_float(x), bf16_to_float(y), op));
+        const float f = scalar_float(std::bit_cast<float>(std::uint32_t{x} << 16),
+                                     std::bit_cast<float>(std::uint32_t{y} << 16), op);
+        const auto r = std::bit_cast<std::uint32_t>(f);
+        if (std::isnan(f)) return static_cast<std::uint16_t>((r >> 16) | 0x40u);
+        return static_cast<std::uint16_t>((r + 0x7fffu + ((r >> 16) & 1u)) >> 16);
       });
     case DataType::i8:
       return scalar_loop<std::int8_t>(
@@ -552,7 +557,10 @@ std::atomic<std::size_t> g_stream_threshold{default_stream_threshold()};
 void reduce(void* dst, const void* a, const void* b, std::size_t count, DataType dtype,
             ReduceOp op) noexcept {
   const std::size_t bytes = count * dtype_size(dtype);
-  if (bytes < kScalarBytes) return reduce_scalar(dst, a, b, count, dtype, op);
+  // f16 stays on the vector path even for one element: its conversions are instructions
+  // (F16C) there, and several times dearer in scalar code.
+  if (bytes < kScalarBytes && dtype != DataType::f16)
+    return reduce_scalar(dst, a, b, count, dtype, op);
   const bool stream = bytes >= g_stream_threshold.load(std::memory_order_relaxed) &&
                       reinterpret_cast<std::uintptr_t>(dst) % dtype_size(dtype) == 0;
   HWY_DYNAMIC_DISPATCH(reduce_kernel)(dst, a, b, count, dtype, op, stream);
