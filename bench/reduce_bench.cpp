@@ -4,7 +4,8 @@
 //
 // Names ending in /nostream turn the streaming stores off (the threshold at SIZE_MAX), so one
 // binary compares both at every size; the others run with the default threshold (the
-// last-level cache). Sizes below 32 bytes take the scalar path without SIMD dispatch.
+// last-level cache; out-of-place outputs only). ReduceTiny: counts under 8 elements and 32
+// bytes take the scalar path without SIMD dispatch (f16 excepted).
 //
 // bytes_per_second counts one buffer's size per call (the "useful" bytes, as algbw does);
 // the "traffic" counter counts every byte the call moves through memory: a reduce reads two

@@ -448,12 +448,16 @@ void divide_int(void* dst, std::size_t n, int divisor) noexcept {
   }
 }
 
-// ---- under 32 bytes ------------------------------------------------------------------
+// ---- under 8 elements and 32 bytes ---------------------------------------------------
 // The vector kernels would pad them through the stack, and the dispatch costs more than the
 // arithmetic (an 8-byte allreduce reduces two floats). These give the same bits as the
 // kernels on x86: min/max pick like MINPS/MAXPS (the second operand unless the first is
 // strictly smaller/larger) after the NaN checks; bf16 rounds as the vector code does.
 
+// Measured (tandem-microbench --benchmark_filter=ReduceTiny): two f32 take 5 ns here against
+// 14 ns through the vector kernels; at 8 elements and more (or 32 bytes) the vector kernels
+// win, for 8-bit types already at 16 elements.
+constexpr std::size_t kScalarCount = 8;
 constexpr std::size_t kScalarBytes = 32;
 
 template <class F>
@@ -559,10 +563,12 @@ void reduce(void* dst, const void* a, const void* b, std::size_t count, DataType
   const std::size_t bytes = count * dtype_size(dtype);
   // f16 stays on the vector path even for one element: its conversions are instructions
   // (F16C) there, and several times dearer in scalar code.
-  if (bytes < kScalarBytes && dtype != DataType::f16)
+  if (count < kScalarCount && bytes < kScalarBytes && dtype != DataType::f16)
     return reduce_scalar(dst, a, b, count, dtype, op);
-  const bool stream = bytes >= g_stream_threshold.load(std::memory_order_relaxed) &&
-                      reinterpret_cast<std::uintptr_t>(dst) % dtype_size(dtype) == 0;
+  // In place, the destination's lines were just read as an input and sit in the cache:
+  // streaming them out saves no traffic (measured: no faster), so only distinct outputs do.
+  const bool stream = bytes >= g_stream_threshold.load(std::memory_order_relaxed) && dst != a &&
+                      dst != b && reinterpret_cast<std::uintptr_t>(dst) % dtype_size(dtype) == 0;
   HWY_DYNAMIC_DISPATCH(reduce_kernel)(dst, a, b, count, dtype, op, stream);
 }
 

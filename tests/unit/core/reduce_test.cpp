@@ -326,8 +326,8 @@ TEST(Reduce, MinMaxPropagateNaN) {
 
 // ---- the scalar path for tiny counts and streaming stores for large outputs ----------------
 
-// Counts under 32 bytes skip the SIMD dispatch. Their results must be the vector kernels'
-// bit for bit (NaN payloads and the sign of zero included), or ranks that reduce the same
+// Counts under 8 elements and 32 bytes skip the SIMD dispatch. Their results must be the vector
+// kernels' bit for bit (NaN payloads and the sign of zero included), or ranks that reduce the same
 // elements in differently sized pieces would disagree.
 TEST(Reduce, ScalarPathMatchesVectorKernelsBitForBit) {
   std::mt19937_64 rng(31337);
@@ -340,8 +340,8 @@ TEST(Reduce, ScalarPathMatchesVectorKernelsBitForBit) {
         fill(t, a.data(), n, rng);
         fill(t, b.data(), n, rng);
         reduce(whole.data(), a.data(), b.data(), n, t, op);
-        for (std::size_t i = 0; i < n;) {  // pieces of 1, 2, 3, ... elements, all < 32 bytes
-          const std::size_t k = std::min({n - i, 31 / es, 1 + i % 5});
+        for (std::size_t i = 0; i < n;) {  // pieces of 1 to 7 elements, all < 32 bytes
+          const std::size_t k = std::min({n - i, 31 / es, 1 + i % 7});
           reduce(pieces.data() + i * es, a.data() + i * es, b.data() + i * es, k, t, op);
           i += k;
         }
