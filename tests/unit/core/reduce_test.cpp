@@ -361,9 +361,9 @@ struct StreamThreshold {
 };
 
 TEST(Reduce, StreamingStoresEveryTypeOpAlignmentAndAlias) {
-  // A threshold of 256 bytes sends every count from 256 bytes up through the streaming loop:
-  // the head until dst is vector-aligned, streamed blocks, the tail. Byte-misaligned
-  // outputs cannot stream and take the ordinary loop.
+  // A threshold of 256 bytes sends every out-of-place output from 256 bytes up through the
+  // streaming loop: the head until dst is vector-aligned, streamed blocks, the tail.
+  // Byte-misaligned and in-place outputs take the ordinary loop.
   const StreamThreshold small(256);
   ASSERT_EQ(stream_threshold(), 256u);
   std::mt19937_64 rng(2718);
