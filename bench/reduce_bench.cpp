@@ -94,6 +94,20 @@ void BM_ReduceSumInPlace(benchmark::State& state, DataType dtype, bool stream) {
   state.SetLabel(tandem::core::kernel_target());
 }
 
+// The last step of avg: every element divided by the world size, in place.
+void BM_Divide(benchmark::State& state, DataType dtype) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  const std::size_t count = bytes / tandem::dtype_size(dtype);
+  const Buffer a = make_buffer(bytes, 0x11);
+  for (auto _ : state) {
+    tandem::core::divide(a.get(), count, dtype, 3);
+    benchmark::DoNotOptimize(a.get());
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, bytes, 2.0);
+  state.SetLabel(tandem::core::kernel_target());
+}
+
 void BM_Memcpy(benchmark::State& state) {
   const auto bytes = static_cast<std::size_t>(state.range(0));
   const Buffer src = make_buffer(bytes, 0x01), dst = make_buffer(bytes, 0);
@@ -134,6 +148,10 @@ int register_all() {
                                  BM_ReduceSumInPlace, t, false)
         ->Apply(sizes);
   }
+  for (DataType t : {DataType::f32, DataType::i32, DataType::i64})
+    benchmark::RegisterBenchmark(("Divide/" + std::string(tandem::to_string(t))).c_str(), BM_Divide,
+                                 t)
+        ->Arg(64 << 10);
   benchmark::RegisterBenchmark("Memcpy", BM_Memcpy)->Apply(sizes);
   return 0;
 }

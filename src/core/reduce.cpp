@@ -395,9 +395,29 @@ void reduce_kernel(void* dst, const void* a, const void* b, std::size_t n, DataT
   }
 }
 
-// Floating types only; integers divide in scalar code below.
+// i32 / divisor in f64: exact after truncation. |x| < 2^31 makes the quotient's rounding
+// error at most 2^-22 / |divisor|, less than the 1 / |divisor| by which a quotient that is
+// not an integer stays away from one, so rounding never reaches or crosses an integer.
+// DemoteTo truncates toward zero, as C++'s division does. Only INT32_MIN / -1 overflows (the
+// demotion would saturate where the scalar code wraps): divide() keeps -1 in scalar code.
+struct DivideI32Step {
+  hn::ScalableTag<double> dd;
+  double divisor;
+  HWY_INLINE std::size_t block() const { return hn::Lanes(dd); }
+  HWY_INLINE void operator()(std::int32_t* o, const std::int32_t* a, const std::int32_t*) const {
+    const hn::Rebind<std::int32_t, decltype(dd)> di;
+    const auto q = hn::Div(hn::PromoteTo(dd, hn::LoadU(di, a)), hn::Set(dd, divisor));
+    hn::StoreU(hn::DemoteTo(di, q), di, o);
+  }
+};
+
+// Floating types and i32; the other integers divide in scalar code below.
 void divide_kernel(void* dst, std::size_t n, DataType dtype, int divisor) {
   switch (dtype) {
+    case DataType::i32:
+      return for_blocks(static_cast<std::int32_t*>(dst), static_cast<const std::int32_t*>(dst),
+                        static_cast<const std::int32_t*>(dst), n,
+                        DivideI32Step{{}, static_cast<double>(divisor)});
     case DataType::f32:
       return run<float>(dst, dst, dst, n, false,
                         NativeStep<float, OpDivide<float>>{{}, {static_cast<float>(divisor)}});
@@ -496,7 +516,8 @@ void divide(void* dst, std::size_t count, DataType dtype, int divisor) noexcept 
     case DataType::u8:
       return divide_int<std::uint8_t>(dst, count, divisor);
     case DataType::i32:
-      return divide_int<std::int32_t>(dst, count, divisor);
+      if (divisor == -1) return divide_int<std::int32_t>(dst, count, divisor);
+      return HWY_DYNAMIC_DISPATCH(divide_kernel)(dst, count, dtype, divisor);
     case DataType::i64:
       return divide_int<std::int64_t>(dst, count, divisor);
     default:

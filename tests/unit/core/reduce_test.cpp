@@ -490,6 +490,28 @@ TEST(Divide, IntegersTruncateTowardZero) {
   EXPECT_EQ(m[0], std::numeric_limits<std::int64_t>::min());
 }
 
+TEST(Divide, I32ExtremesTruncateLikeIntegerDivision) {
+  // i32 divides in f64 on the vector path: the quotients closest to an integer, the largest
+  // magnitudes and INT32_MIN / -1 (which wraps, like the sum before it) against int64 math.
+  constexpr std::int32_t kMin = std::numeric_limits<std::int32_t>::min();
+  constexpr std::int32_t kMax = std::numeric_limits<std::int32_t>::max();
+  const std::vector<std::int32_t> values = {
+      kMin, kMin + 1, kMin + 2, -2147483645, -1000003, -7,   -1,         0,
+      1,    7,        1000003,  kMax - 2,    kMax - 1, kMax, 2147483645, 65536};
+  for_each_target([&] {
+    for (int divisor : {2, 3, -2, -3, 7, 1000003, -1000003, kMax, kMin, -1, 2147483646}) {
+      std::vector<std::int32_t> v;
+      for (int rep = 0; rep < 5; ++rep) v.insert(v.end(), values.begin(), values.end());
+      divide(v.data(), v.size(), DataType::i32, divisor);
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        const std::int64_t x = values[i % values.size()];
+        const auto want = static_cast<std::int32_t>(x / divisor);
+        ASSERT_EQ(v[i], want) << x << " / " << divisor;
+      }
+    }
+  });
+}
+
 TEST(Divide, AverageOfHalfIsRoundedOnce) {
   // (1 + 2^-10) / 2 in f16 is exact; 3 / 2 = 1.5 exact; 1 / 3 rounds to nearest.
   std::uint16_t h[3] = {float_to_half(1.0f + 0x1p-10f), float_to_half(3.0f), float_to_half(1.0f)};
