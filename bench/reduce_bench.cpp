@@ -2,6 +2,11 @@
 //
 //   tandem-microbench --benchmark_filter=Reduce
 //
+// Names ending in /nostream turn the streaming stores off (the threshold at SIZE_MAX), so one
+// binary compares both at every size; the others run with the default threshold (the
+// last-level cache; out-of-place outputs only). ReduceTiny: counts under 8 elements and 32
+// bytes take the scalar path without SIMD dispatch (f16 excepted).
+//
 // bytes_per_second counts one buffer's size per call (the "useful" bytes, as algbw does);
 // the "traffic" counter counts every byte the call moves through memory: a reduce reads two
 // buffers and writes one (3x), an in-place reduce reads two and writes one of them (3x),
@@ -49,11 +54,23 @@ void set_counters(benchmark::State& state, std::size_t bytes, double traffic_fac
                          benchmark::Counter::kIsRate, benchmark::Counter::kIs1024);
 }
 
-void BM_ReduceSum(benchmark::State& state, DataType dtype) {
+// Sets the streaming threshold for one benchmark and restores the default after it.
+class StreamMode {
+ public:
+  explicit StreamMode(bool on) {
+    if (!on) tandem::core::set_stream_threshold(SIZE_MAX);
+  }
+  ~StreamMode() { tandem::core::set_stream_threshold(0); }
+  StreamMode(const StreamMode&) = delete;
+  StreamMode& operator=(const StreamMode&) = delete;
+};
+
+void BM_ReduceSum(benchmark::State& state, DataType dtype, bool stream) {
   const auto bytes = static_cast<std::size_t>(state.range(0));
   const std::size_t count = bytes / tandem::dtype_size(dtype);
   const Buffer a = make_buffer(bytes, 0x01), b = make_buffer(bytes, 0x01),
                d = make_buffer(bytes, 0);
+  const StreamMode mode(stream);
   for (auto _ : state) {
     tandem::core::reduce(d.get(), a.get(), b.get(), count, dtype, ReduceOp::sum);
     benchmark::DoNotOptimize(d.get());
@@ -63,16 +80,31 @@ void BM_ReduceSum(benchmark::State& state, DataType dtype) {
   state.SetLabel(tandem::core::kernel_target());
 }
 
-void BM_ReduceSumInPlace(benchmark::State& state, DataType dtype) {
+void BM_ReduceSumInPlace(benchmark::State& state, DataType dtype, bool stream) {
   const auto bytes = static_cast<std::size_t>(state.range(0));
   const std::size_t count = bytes / tandem::dtype_size(dtype);
   const Buffer a = make_buffer(bytes, 0), b = make_buffer(bytes, 0);
+  const StreamMode mode(stream);
   for (auto _ : state) {
     tandem::core::reduce(a.get(), a.get(), b.get(), count, dtype, ReduceOp::sum);
     benchmark::DoNotOptimize(a.get());
     benchmark::ClobberMemory();
   }
   set_counters(state, bytes, 3.0);
+  state.SetLabel(tandem::core::kernel_target());
+}
+
+// The last step of avg: every element divided by the world size, in place.
+void BM_Divide(benchmark::State& state, DataType dtype) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  const std::size_t count = bytes / tandem::dtype_size(dtype);
+  const Buffer a = make_buffer(bytes, 0x11);
+  for (auto _ : state) {
+    tandem::core::divide(a.get(), count, dtype, 3);
+    benchmark::DoNotOptimize(a.get());
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, bytes, 2.0);
   state.SetLabel(tandem::core::kernel_target());
 }
 
@@ -87,19 +119,39 @@ void BM_Memcpy(benchmark::State& state) {
   set_counters(state, bytes, 2.0);
 }
 
+// 8 and 16 bytes: the scalar path (an 8-byte allreduce reduces two floats); 64 KiB to 256 MiB:
+// from inside L2 to far beyond the 32 MiB last-level cache, where streaming stores pay.
+void tiny(benchmark::internal::Benchmark* b) {
+  b->Arg(8)->Arg(16)->Arg(64);
+}
 void sizes(benchmark::internal::Benchmark* b) {
-  b->Arg(4 << 10)->Arg(256 << 10)->Arg(64 << 20);
+  b->Arg(4 << 10)->Arg(64 << 10)->Arg(1 << 20)->Arg(4 << 20)->Arg(16 << 20);
+  b->Arg(32 << 20)->Arg(64 << 20)->Arg(256 << 20);
 }
 
 int register_all() {
   for (DataType t : tandem::kAllDataTypes) {
     const std::string name(tandem::to_string(t));
-    benchmark::RegisterBenchmark(("ReduceSum/" + name).c_str(), BM_ReduceSum, t)->Apply(sizes);
+    benchmark::RegisterBenchmark(("ReduceTiny/" + name).c_str(), BM_ReduceSum, t, true)
+        ->Apply(tiny);
+    benchmark::RegisterBenchmark(("ReduceSum/" + name).c_str(), BM_ReduceSum, t, true)
+        ->Apply(sizes);
+    benchmark::RegisterBenchmark(("ReduceSum/" + name + "/nostream").c_str(), BM_ReduceSum, t,
+                                 false)
+        ->Apply(sizes);
   }
-  benchmark::RegisterBenchmark("ReduceSumInPlace/f32", BM_ReduceSumInPlace, DataType::f32)
-      ->Apply(sizes);
-  benchmark::RegisterBenchmark("ReduceSumInPlace/bf16", BM_ReduceSumInPlace, DataType::bf16)
-      ->Apply(sizes);
+  for (DataType t : {DataType::f32, DataType::bf16}) {
+    const std::string name(tandem::to_string(t));
+    benchmark::RegisterBenchmark(("ReduceSumInPlace/" + name).c_str(), BM_ReduceSumInPlace, t, true)
+        ->Apply(sizes);
+    benchmark::RegisterBenchmark(("ReduceSumInPlace/" + name + "/nostream").c_str(),
+                                 BM_ReduceSumInPlace, t, false)
+        ->Apply(sizes);
+  }
+  for (DataType t : {DataType::f32, DataType::i32, DataType::i64})
+    benchmark::RegisterBenchmark(("Divide/" + std::string(tandem::to_string(t))).c_str(), BM_Divide,
+                                 t)
+        ->Arg(64 << 10);
   benchmark::RegisterBenchmark("Memcpy", BM_Memcpy)->Apply(sizes);
   return 0;
 }

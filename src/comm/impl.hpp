@@ -35,7 +35,8 @@ struct Op {
   const algorithms::Algorithm* algorithm = nullptr;
   /// send/recv: the user's tag (the call's tag is a fingerprint of it).
   std::uint32_t user_tag = 0;
-  /// When the call was made (its deadline counts from here).
+  /// When the call was made, to the coarse clock's tick (core/coarse_clock.hpp): its
+  /// deadline counts from here.
   Clock::time_point issued{};
 };
 

@@ -11,14 +11,19 @@
 #define HWY_TARGET_INCLUDE "core/reduce.cpp"
 #include "core/reduce.hpp"
 
+#include "core/reduce_scalar.hpp"
+
 #include <tandem/half.hpp>
 
+#include <hwy/cache_control.h>
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <unistd.h>
 
 HWY_BEFORE_NAMESPACE();
 namespace tandem::core {
@@ -46,6 +51,39 @@ HWY_INLINE void for_blocks(E* dst, const E* a, const E* b, std::size_t count, co
     step(td, ta, tb);
     std::memcpy(dst + i, td, rem * sizeof(E));
   }
+}
+
+// Large outputs: non-temporal stores write whole lines straight to memory, without first
+// reading each destination line into the cache (a quarter of a reduce's memory traffic) and
+// without evicting the inputs. The first elements go through for_blocks until dst is aligned
+// to a block (streaming stores need that); dst must be element-aligned. FlushStream orders the
+// weakly-ordered stores before anything this thread publishes next (a flag a peer polls).
+template <class E, class Step>
+HWY_INLINE void for_blocks_stream(E* dst, const E* a, const E* b, std::size_t count,
+                                  const Step& step) {
+  const std::size_t n = step.block();
+  const std::size_t align = n * sizeof(E);
+  const std::size_t mis = reinterpret_cast<std::uintptr_t>(dst) % align;
+  std::size_t i = std::min(count, mis == 0 ? 0 : (align - mis) / sizeof(E));
+  for_blocks(dst, a, b, i, step);
+  for (; i + 2 * n <= count; i += 2 * n) {
+    step.template apply<true>(dst + i, a + i, b + i);
+    step.template apply<true>(dst + i + n, a + i + n, b + i + n);
+  }
+  for (; i + n <= count; i += n) step.template apply<true>(dst + i, a + i, b + i);
+  for_blocks(dst + i, a + i, b + i, count - i, step);
+  hwy::FlushStream();
+}
+
+// A block's store: streaming (dst aligned to the vector) or ordinary (any alignment).
+// Streaming stores write whole vectors: half-width ones (f16 and 8-bit products hold their
+// results in half a vector) store normally.
+template <bool kStream, class D, class V>
+HWY_INLINE void store(V v, D d, hn::TFromD<D>* p) {
+  if constexpr (kStream && hn::MaxLanes(D()) == hn::MaxLanes(hn::ScalableTag<hn::TFromD<D>>()))
+    hn::Stream(v, d, p);
+  else
+    hn::StoreU(v, d, p);
 }
 
 // ---- element-wise operations on vectors ------------------------------------------------
@@ -125,9 +163,11 @@ struct NativeStep {
   hn::ScalableTag<T> d;
   Op op;
   HWY_INLINE std::size_t block() const { return hn::Lanes(d); }
-  HWY_INLINE void operator()(T* o, const T* a, const T* b) const {
-    hn::StoreU(op(d, hn::LoadU(d, a), hn::LoadU(d, b)), d, o);
+  template <bool kStream = false>
+  HWY_INLINE void apply(T* o, const T* a, const T* b) const {
+    store<kStream>(op(d, hn::LoadU(d, a), hn::LoadU(d, b)), d, o);
   }
+  HWY_INLINE void operator()(T* o, const T* a, const T* b) const { apply(o, a, b); }
 };
 
 // 8-bit products (no 8-bit multiply on most targets): widen to 16 bits, keep the low byte.
@@ -136,11 +176,15 @@ struct Prod8Step {
   hn::Rebind<std::uint8_t, hn::ScalableTag<std::uint16_t>> d8;
   hn::RebindToSigned<hn::ScalableTag<std::uint16_t>> di16;
   HWY_INLINE std::size_t block() const { return hn::Lanes(d16); }
-  HWY_INLINE void operator()(std::uint8_t* o, const std::uint8_t* a, const std::uint8_t* b) const {
+  template <bool kStream = false>
+  HWY_INLINE void apply(std::uint8_t* o, const std::uint8_t* a, const std::uint8_t* b) const {
     const auto wa = hn::PromoteTo(d16, hn::LoadU(d8, a));
     const auto wb = hn::PromoteTo(d16, hn::LoadU(d8, b));
     const auto p = hn::And(wa * wb, hn::Set(d16, 0xFF));
-    hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di16, p)), d8, o);
+    store<kStream>(hn::DemoteTo(d8, hn::BitCast(di16, p)), d8, o);
+  }
+  HWY_INLINE void operator()(std::uint8_t* o, const std::uint8_t* a, const std::uint8_t* b) const {
+    apply(o, a, b);
   }
 };
 
@@ -212,19 +256,24 @@ struct BF16PairStep {
     return hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(f)), quiet, hn::Add(x, bias));
   }
 
-#if HWY_TARGET == HWY_SCALAR  // one lane: no pairs
   HWY_INLINE void operator()(std::uint16_t* o, const std::uint16_t* a,
                              const std::uint16_t* b) const {
+    apply(o, a, b);
+  }
+
+#if HWY_TARGET == HWY_SCALAR  // one lane: no pairs
+  template <bool kStream = false>
+  HWY_INLINE void apply(std::uint16_t* o, const std::uint16_t* a, const std::uint16_t* b) const {
     const hn::Rebind<std::uint16_t, decltype(du)> d16;
     const DF df;
     const auto va = hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, a)));
     const auto vb = hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, b)));
     const auto r = hn::ShiftRight<16>(round(op(df, hn::BitCast(df, va), hn::BitCast(df, vb))));
-    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(hn::RebindToSigned<decltype(du)>(), r)), d16, o);
+    store<kStream>(hn::DemoteTo(d16, hn::BitCast(hn::RebindToSigned<decltype(du)>(), r)), d16, o);
   }
 #else
-  HWY_INLINE void operator()(std::uint16_t* o, const std::uint16_t* a,
-                             const std::uint16_t* b) const {
+  template <bool kStream = false>
+  HWY_INLINE void apply(std::uint16_t* o, const std::uint16_t* a, const std::uint16_t* b) const {
     const hn::Repartition<std::uint16_t, decltype(du)> d16;
     const DF df;
     const auto hi = hn::Set(du, 0xffff0000u);
@@ -234,7 +283,7 @@ struct BF16PairStep {
         op(df, hn::BitCast(df, hn::ShiftLeft<16>(va)), hn::BitCast(df, hn::ShiftLeft<16>(vb)));
     const VF hi_r = op(df, hn::BitCast(df, hn::And(va, hi)), hn::BitCast(df, hn::And(vb, hi)));
     const auto out = hn::Or(hn::ShiftRight<16>(round(lo_r)), hn::And(round(hi_r), hi));
-    hn::StoreU(hn::BitCast(d16, out), d16, o);
+    store<kStream>(hn::BitCast(d16, out), d16, o);
   }
 #endif
 };
@@ -244,109 +293,142 @@ struct F16Step {
   DF df;
   Op op;
   HWY_INLINE std::size_t block() const { return hn::Lanes(df); }
-  HWY_INLINE void operator()(std::uint16_t* o, const std::uint16_t* a,
-                             const std::uint16_t* b) const {
+  template <bool kStream = false>
+  HWY_INLINE void apply(std::uint16_t* o, const std::uint16_t* a, const std::uint16_t* b) const {
     const DH dh;
     const VF r =
         op(df, F16Codec::widen(df, hn::LoadU(dh, a)), F16Codec::widen(df, hn::LoadU(dh, b)));
-    hn::StoreU(F16Codec::narrow(df, r), dh, o);
+    store<kStream>(F16Codec::narrow(df, r), dh, o);
+  }
+  HWY_INLINE void operator()(std::uint16_t* o, const std::uint16_t* a,
+                             const std::uint16_t* b) const {
+    apply(o, a, b);
   }
 };
 
 // ---- per dtype ----------------------------------------------------------------------
 
+// `stream`: the output is large enough for stores that bypass the cache (see reduce()).
 template <class T, class Step>
-HWY_INLINE void run(void* dst, const void* a, const void* b, std::size_t n, const Step& step) {
-  for_blocks(static_cast<T*>(dst), static_cast<const T*>(a), static_cast<const T*>(b), n, step);
+HWY_INLINE void run(void* dst, const void* a, const void* b, std::size_t n, bool stream,
+                    const Step& step) {
+  auto* d = static_cast<T*>(dst);
+  const auto* x = static_cast<const T*>(a);
+  const auto* y = static_cast<const T*>(b);
+  if (stream)
+    for_blocks_stream(d, x, y, n, step);
+  else
+    for_blocks(d, x, y, n, step);
 }
 
 template <class T>
-void reduce_float(void* dst, const void* a, const void* b, std::size_t n, ReduceOp op) {
+void reduce_float(void* dst, const void* a, const void* b, std::size_t n, ReduceOp op,
+                  bool stream) {
   switch (op) {
     case ReduceOp::sum:
     case ReduceOp::avg:
-      return run<T>(dst, a, b, n, NativeStep<T, OpSum>{});
+      return run<T>(dst, a, b, n, stream, NativeStep<T, OpSum>{});
     case ReduceOp::prod:
-      return run<T>(dst, a, b, n, NativeStep<T, OpProd>{});
+      return run<T>(dst, a, b, n, stream, NativeStep<T, OpProd>{});
     case ReduceOp::min:
-      return run<T>(dst, a, b, n, NativeStep<T, OpMin>{});
+      return run<T>(dst, a, b, n, stream, NativeStep<T, OpMin>{});
     case ReduceOp::max:
-      return run<T>(dst, a, b, n, NativeStep<T, OpMax>{});
+      return run<T>(dst, a, b, n, stream, NativeStep<T, OpMax>{});
   }
 }
 
 template <template <class> class Step>
-void reduce_half(void* dst, const void* a, const void* b, std::size_t n, ReduceOp op) {
+void reduce_half(void* dst, const void* a, const void* b, std::size_t n, ReduceOp op, bool stream) {
   using U = std::uint16_t;
   switch (op) {
     case ReduceOp::sum:
     case ReduceOp::avg:
-      return run<U>(dst, a, b, n, Step<OpSum>{});
+      return run<U>(dst, a, b, n, stream, Step<OpSum>{});
     case ReduceOp::prod:
-      return run<U>(dst, a, b, n, Step<OpProd>{});
+      return run<U>(dst, a, b, n, stream, Step<OpProd>{});
     case ReduceOp::min:
-      return run<U>(dst, a, b, n, Step<OpMin>{});
+      return run<U>(dst, a, b, n, stream, Step<OpMin>{});
     case ReduceOp::max:
-      return run<U>(dst, a, b, n, Step<OpMax>{});
+      return run<U>(dst, a, b, n, stream, Step<OpMax>{});
   }
 }
 
 // Sums and products wrap modulo 2^bits: they run on the unsigned lanes of the same width.
 template <class T>
-void reduce_int(void* dst, const void* a, const void* b, std::size_t n, ReduceOp op) {
+void reduce_int(void* dst, const void* a, const void* b, std::size_t n, ReduceOp op, bool stream) {
   using U = std::make_unsigned_t<T>;
   switch (op) {
     case ReduceOp::sum:
     case ReduceOp::avg:
-      return run<U>(dst, a, b, n, NativeStep<U, OpSum>{});
+      return run<U>(dst, a, b, n, stream, NativeStep<U, OpSum>{});
     case ReduceOp::prod:
       if constexpr (sizeof(T) == 1)
-        return run<U>(dst, a, b, n, Prod8Step{});
+        return run<U>(dst, a, b, n, stream, Prod8Step{});
       else
-        return run<U>(dst, a, b, n, NativeStep<U, OpProd>{});
+        return run<U>(dst, a, b, n, stream, NativeStep<U, OpProd>{});
     case ReduceOp::min:
-      return run<T>(dst, a, b, n, NativeStep<T, OpMin>{});
+      return run<T>(dst, a, b, n, stream, NativeStep<T, OpMin>{});
     case ReduceOp::max:
-      return run<T>(dst, a, b, n, NativeStep<T, OpMax>{});
+      return run<T>(dst, a, b, n, stream, NativeStep<T, OpMax>{});
   }
 }
 
 void reduce_kernel(void* dst, const void* a, const void* b, std::size_t n, DataType dtype,
-                   ReduceOp op) {
+                   ReduceOp op, bool stream) {
   switch (dtype) {
     case DataType::f32:
-      return reduce_float<float>(dst, a, b, n, op);
+      return reduce_float<float>(dst, a, b, n, op, stream);
     case DataType::f64:
-      return reduce_float<double>(dst, a, b, n, op);
+      return reduce_float<double>(dst, a, b, n, op, stream);
     case DataType::f16:
-      return reduce_half<F16Step>(dst, a, b, n, op);
+      return reduce_half<F16Step>(dst, a, b, n, op, stream);
     case DataType::bf16:
-      return reduce_half<BF16PairStep>(dst, a, b, n, op);
+      return reduce_half<BF16PairStep>(dst, a, b, n, op, stream);
     case DataType::i8:
-      return reduce_int<std::int8_t>(dst, a, b, n, op);
+      return reduce_int<std::int8_t>(dst, a, b, n, op, stream);
     case DataType::u8:
-      return reduce_int<std::uint8_t>(dst, a, b, n, op);
+      return reduce_int<std::uint8_t>(dst, a, b, n, op, stream);
     case DataType::i32:
-      return reduce_int<std::int32_t>(dst, a, b, n, op);
+      return reduce_int<std::int32_t>(dst, a, b, n, op, stream);
     case DataType::i64:
-      return reduce_int<std::int64_t>(dst, a, b, n, op);
+      return reduce_int<std::int64_t>(dst, a, b, n, op, stream);
   }
 }
 
-// Floating types only; integers divide in scalar code below.
+// i32 / divisor in f64: exact after truncation. |x| < 2^31 makes the quotient's rounding
+// error at most 2^-22 / |divisor|, less than the 1 / |divisor| by which a quotient that is
+// not an integer stays away from one, so rounding never reaches or crosses an integer.
+// DemoteTo truncates toward zero, as C++'s division does. Only INT32_MIN / -1 overflows (the
+// demotion would saturate where the scalar code wraps): divide() keeps -1 in scalar code.
+struct DivideI32Step {
+  hn::ScalableTag<double> dd;
+  double divisor;
+  HWY_INLINE std::size_t block() const { return hn::Lanes(dd); }
+  HWY_INLINE void operator()(std::int32_t* o, const std::int32_t* a, const std::int32_t*) const {
+    const hn::Rebind<std::int32_t, decltype(dd)> di;
+    const auto q = hn::Div(hn::PromoteTo(dd, hn::LoadU(di, a)), hn::Set(dd, divisor));
+    hn::StoreU(hn::DemoteTo(di, q), di, o);
+  }
+};
+
+// Floating types and i32; the other integers divide in scalar code below.
 void divide_kernel(void* dst, std::size_t n, DataType dtype, int divisor) {
   switch (dtype) {
+    case DataType::i32:
+      return for_blocks(static_cast<std::int32_t*>(dst), static_cast<const std::int32_t*>(dst),
+                        static_cast<const std::int32_t*>(dst), n,
+                        DivideI32Step{{}, static_cast<double>(divisor)});
     case DataType::f32:
-      return run<float>(dst, dst, dst, n,
+      return run<float>(dst, dst, dst, n, false,
                         NativeStep<float, OpDivide<float>>{{}, {static_cast<float>(divisor)}});
     case DataType::f64:
-      return run<double>(dst, dst, dst, n,
+      return run<double>(dst, dst, dst, n, false,
                          NativeStep<double, OpDivide<double>>{{}, {static_cast<double>(divisor)}});
     case DataType::f16:
-      return run<std::uint16_t>(dst, dst, dst, n,
+      return run<std::uint16_t>(dst, dst, dst, n, false,
                                 F16Step<OpDivide<float>>{{}, {static_cast<float>(divisor)}});
     case DataType::bf16:
-      return run<std::uint16_t>(dst, dst, dst, n,
+      return run<std::uint16_t>(dst, dst, dst, n, false,
                                 BF16PairStep<OpDivide<float>>{{}, {static_cast<float>(divisor)}});
     default:
       return;
@@ -386,12 +468,44 @@ void divide_int(void* dst, std::size_t n, int divisor) noexcept {
   }
 }
 
+// Measured (tandem-microbench --benchmark_filter=ReduceTiny): two f32 take 5 ns here against
+// 14 ns through the vector kernels; at 8 elements and more (or 32 bytes) the vector kernels
+// win, for 8-bit types already at 16 elements.
+constexpr std::size_t kScalarCount = 8;
+constexpr std::size_t kScalarBytes = 32;
+
+// Outputs at least this large are written with streaming stores: by default the size of the
+// last-level cache, beyond which the output cannot stay cached for whoever reads it next.
+std::size_t default_stream_threshold() noexcept {
+  const long llc = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return llc > 0 ? static_cast<std::size_t>(llc) : std::size_t{32} << 20;
+}
+
+std::atomic<std::size_t> g_stream_threshold{default_stream_threshold()};
+
 }  // namespace
 
 void reduce(void* dst, const void* a, const void* b, std::size_t count, DataType dtype,
             ReduceOp op) noexcept {
-  if (count == 0) return;
-  HWY_DYNAMIC_DISPATCH(reduce_kernel)(dst, a, b, count, dtype, op);
+  const std::size_t bytes = count * dtype_size(dtype);
+  // f16 stays on the vector path even for one element: its conversions are instructions
+  // (F16C) there, and several times dearer in scalar code.
+  if (count < kScalarCount && bytes < kScalarBytes && dtype != DataType::f16)
+    return scalar::reduce_scalar(dst, a, b, count, dtype, op);
+  // In place, the destination's lines were just read as an input and sit in the cache:
+  // streaming them out saves no traffic (measured: no faster), so only distinct outputs do.
+  const bool stream = bytes >= g_stream_threshold.load(std::memory_order_relaxed) && dst != a &&
+                      dst != b && reinterpret_cast<std::uintptr_t>(dst) % dtype_size(dtype) == 0;
+  HWY_DYNAMIC_DISPATCH(reduce_kernel)(dst, a, b, count, dtype, op, stream);
+}
+
+std::size_t stream_threshold() noexcept {
+  return g_stream_threshold.load(std::memory_order_relaxed);
+}
+
+void set_stream_threshold(std::size_t bytes) noexcept {
+  g_stream_threshold.store(bytes == 0 ? default_stream_threshold() : bytes,
+                           std::memory_order_relaxed);
 }
 
 void divide(void* dst, std::size_t count, DataType dtype, int divisor) noexcept {
@@ -402,7 +516,8 @@ void divide(void* dst, std::size_t count, DataType dtype, int divisor) noexcept 
     case DataType::u8:
       return divide_int<std::uint8_t>(dst, count, divisor);
     case DataType::i32:
-      return divide_int<std::int32_t>(dst, count, divisor);
+      if (divisor == -1) return divide_int<std::int32_t>(dst, count, divisor);
+      return HWY_DYNAMIC_DISPATCH(divide_kernel)(dst, count, dtype, divisor);
     case DataType::i64:
       return divide_int<std::int64_t>(dst, count, divisor);
     default:

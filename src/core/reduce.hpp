@@ -21,6 +21,14 @@ void reduce(void* dst, const void* a, const void* b, std::size_t count, DataType
 /// toward zero; f16/bf16 divide in f32 and round once. divisor 0 or 1 leaves dst unchanged.
 void divide(void* dst, std::size_t count, DataType dtype, int divisor) noexcept;
 
+/// Outputs of reduce() of at least this many bytes, out of place (dst is neither a nor b), are
+/// written with non-temporal (streaming) stores, which skip reading the destination into the
+/// cache and leave the cache to the inputs. Default: the last-level cache size.
+/// set_stream_threshold(0) restores the default; SIZE_MAX turns streaming off. Process-wide; meant
+/// for benchmarks and tests.
+std::size_t stream_threshold() noexcept;
+void set_stream_threshold(std::size_t bytes) noexcept;
+
 /// The instruction set the kernels dispatch to on this CPU ("AVX3", "AVX2", "SSE4", ...).
 const char* kernel_target() noexcept;
 

@@ -184,19 +184,26 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
       return pending == rs.size();
     };
     if (progress_all(), done()) return;
-    const auto start = Clock::now();
-    auto spin_until = start + options_.spin_time;
+    // The clock is read every 8th fruitless pass only (a pass over shm costs a few
+    // nanoseconds), the first time included: a small message usually lands within those
+    // passes, and then the wait reads no clock at all. The deadline is checked from the
+    // first reading on, within 8 passes of entering the wait.
+    Clock::time_point start{};
+    Clock::time_point spin_until{};
     const bool spin = options_.spin_time.count() > 0;  // 0: block after one fruitless pass
     for (unsigned i = 1;; ++i) {
       if (poisoned_.load(std::memory_order_relaxed)) throw_if_poisoned();
       const bool moved = progress_all();
       if (done()) return;
-      // The clock is read every 8th pass only: a pass over shm costs a few nanoseconds.
       if (!moved && spin && (i & 7) != 0) {
         cpu_relax();
         continue;
       }
       const auto now = Clock::now();
+      if (start == Clock::time_point{}) {
+        start = now;
+        spin_until = now + options_.spin_time;
+      }
       if (now >= deadline) throw_timeout(rs, start);
       if (now >= next_control_check_) {
         next_control_check_ = now + kControlPeriod;

@@ -10,6 +10,7 @@
 #include <hwy/highway.h>
 #include <hwy/targets.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -323,6 +324,98 @@ TEST(Reduce, MinMaxPropagateNaN) {
   EXPECT_EQ(mx[3], -1.0f);
 }
 
+// ---- the scalar path for tiny counts and streaming stores for large outputs ----------------
+
+// Counts under 8 elements and 32 bytes skip the SIMD dispatch. Their results must be the vector
+// kernels' bit for bit (NaN payloads and the sign of zero included), or ranks that reduce the same
+// elements in differently sized pieces would disagree.
+TEST(Reduce, ScalarPathMatchesVectorKernelsBitForBit) {
+  std::mt19937_64 rng(31337);
+  for_each_target([&] {
+    for (DataType t : kAllDataTypes) {
+      const std::size_t es = dtype_size(t);
+      const std::size_t n = 64 / es;  // 64 bytes: the vector kernels
+      std::vector<std::byte> a(n * es), b(n * es), whole(n * es), pieces(n * es);
+      for (ReduceOp op : kAllReduceOps) {
+        fill(t, a.data(), n, rng);
+        fill(t, b.data(), n, rng);
+        reduce(whole.data(), a.data(), b.data(), n, t, op);
+        for (std::size_t i = 0; i < n;) {  // pieces of 1 to 7 elements, all < 32 bytes
+          const std::size_t k = std::min({n - i, 31 / es, 1 + i % 7});
+          reduce(pieces.data() + i * es, a.data() + i * es, b.data() + i * es, k, t, op);
+          i += k;
+        }
+        ASSERT_EQ(std::memcmp(whole.data(), pieces.data(), whole.size()), 0)
+            << to_string(t) << " " << to_string(op);
+      }
+    }
+  });
+}
+
+// Sets the streaming threshold for one scope.
+struct StreamThreshold {
+  explicit StreamThreshold(std::size_t bytes) { set_stream_threshold(bytes); }
+  ~StreamThreshold() { set_stream_threshold(0); }
+  StreamThreshold(const StreamThreshold&) = delete;
+  StreamThreshold& operator=(const StreamThreshold&) = delete;
+};
+
+TEST(Reduce, StreamingStoresEveryTypeOpAlignmentAndAlias) {
+  // A threshold of 256 bytes sends every out-of-place output from 256 bytes up through the
+  // streaming loop: the head until dst is vector-aligned, streamed blocks, the tail.
+  // Byte-misaligned and in-place outputs take the ordinary loop.
+  const StreamThreshold small(256);
+  ASSERT_EQ(stream_threshold(), 256u);
+  std::mt19937_64 rng(2718);
+  for_each_target([&] {
+    for (DataType t : kAllDataTypes)
+      for (ReduceOp op : kAllReduceOps)
+        for (std::size_t count :
+             {std::size_t{127}, std::size_t{128}, std::size_t{1000}, std::size_t{4099}})
+          for (std::size_t off : {std::size_t{0}, dtype_size(t), 3 * dtype_size(t), std::size_t{3}})
+            for (Alias alias : {Alias::none, Alias::dst_is_a}) {
+              check_reduce(t, op, count, off, alias, rng);
+              if (::testing::Test::HasFatalFailure()) return;
+            }
+  });
+}
+
+TEST(Reduce, StreamingFromTheDefaultThresholdUp) {
+  // Outputs just below and above the default threshold (the last-level cache), one element
+  // off vector alignment, against a scalar loop. Values are small integers in f32, so every
+  // sum is exact; a guard element on each side must stay untouched.
+  set_stream_threshold(0);
+  const std::size_t threshold = stream_threshold();
+  ASSERT_GT(threshold, 0u);
+  ASSERT_LT(threshold, std::size_t{1} << 30);
+  for (std::size_t count : {threshold / 4 - 1, threshold / 4 + 17}) {
+    std::vector<float> a(count + 2), b(count + 2), d(count + 2, -1.0f);
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      a[i] = static_cast<float>(i % 1021);
+      b[i] = static_cast<float>(i % 977);
+    }
+    reduce(d.data() + 1, a.data() + 1, b.data() + 1, count, DataType::f32, ReduceOp::sum);
+    std::size_t wrong = 0;
+    for (std::size_t i = 1; i <= count; ++i) wrong += d[i] != a[i] + b[i] ? 1 : 0;
+    EXPECT_EQ(wrong, 0u) << "count " << count;
+    EXPECT_EQ(d.front(), -1.0f);
+    EXPECT_EQ(d.back(), -1.0f);
+    reduce(b.data() + 1, a.data() + 1, b.data() + 1, count, DataType::f32, ReduceOp::max);
+    for (std::size_t i = 1; i <= count; ++i)
+      wrong += b[i] != std::max(a[i], static_cast<float>(i % 977)) ? 1 : 0;
+    EXPECT_EQ(wrong, 0u) << "in place, count " << count;
+  }
+}
+
+TEST(Reduce, StreamThresholdRestoresItsDefault) {
+  set_stream_threshold(0);
+  const std::size_t def = stream_threshold();
+  set_stream_threshold(SIZE_MAX);
+  EXPECT_EQ(stream_threshold(), SIZE_MAX);
+  set_stream_threshold(0);
+  EXPECT_EQ(stream_threshold(), def);
+}
+
 // ---- divide -----------------------------------------------------------------------------
 
 void check_divide(DataType t, std::size_t count, int divisor, std::mt19937_64& rng) {
@@ -395,6 +488,28 @@ TEST(Divide, IntegersTruncateTowardZero) {
   std::int64_t m[1] = {std::numeric_limits<std::int64_t>::min()};
   divide(m, 1, DataType::i64, -1);  // wraps instead of trapping
   EXPECT_EQ(m[0], std::numeric_limits<std::int64_t>::min());
+}
+
+TEST(Divide, I32ExtremesTruncateLikeIntegerDivision) {
+  // i32 divides in f64 on the vector path: the quotients closest to an integer, the largest
+  // magnitudes and INT32_MIN / -1 (which wraps, like the sum before it) against int64 math.
+  constexpr std::int32_t kMin = std::numeric_limits<std::int32_t>::min();
+  constexpr std::int32_t kMax = std::numeric_limits<std::int32_t>::max();
+  const std::vector<std::int32_t> values = {
+      kMin, kMin + 1, kMin + 2, -2147483645, -1000003, -7,   -1,         0,
+      1,    7,        1000003,  kMax - 2,    kMax - 1, kMax, 2147483645, 65536};
+  for_each_target([&] {
+    for (int divisor : {2, 3, -2, -3, 7, 1000003, -1000003, kMax, kMin, -1, 2147483646}) {
+      std::vector<std::int32_t> v;
+      for (int rep = 0; rep < 5; ++rep) v.insert(v.end(), values.begin(), values.end());
+      divide(v.data(), v.size(), DataType::i32, divisor);
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        const std::int64_t x = values[i % values.size()];
+        const auto want = static_cast<std::int32_t>(x / divisor);
+        ASSERT_EQ(v[i], want) << x << " / " << divisor;
+      }
+    }
+  });
 }
 
 TEST(Divide, AverageOfHalfIsRoundedOnce) {
