@@ -48,6 +48,9 @@ constexpr std::array kSettings{
             "Shared secret for the store and peer handshakes (tandemrun generates one)."},
     Setting{"TANDEM_TIMEOUT", seconds, "600",
             "Deadline of every blocking operation, in seconds (fractions allowed)."},
+    Setting{"TANDEM_TUNING_FILE", string, "",
+            "Tuning file written by tandem-perf --tune: the algorithm per collective and size "
+            "measured for this world size, host count and transport."},
 };
 
 static_assert(std::ranges::is_sorted(kSettings, {}, &Setting::name),

@@ -174,6 +174,7 @@ TEST(Settings, DeclaresExactlyTheDocumentedNamesTypesAndDefaults) {
       {"TANDEM_STORE_ADDR", {Type::string, ""}},
       {"TANDEM_RUN_ID", {Type::string, ""}},
       {"TANDEM_RESTART_COUNT", {Type::integer, "0"}},
+      {"TANDEM_TUNING_FILE", {Type::string, ""}},
   };
   std::map<std::string, std::pair<Type, std::string>> got;
   for (const Setting& s : all()) got[std::string(s.name)] = {s.type, std::string(s.default_value)};
