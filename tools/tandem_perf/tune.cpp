@@ -31,7 +31,7 @@
 namespace tandem::tools::perf {
 namespace {
 
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;  // keys in the order written
 
 constexpr int kRounds = 3;
 
@@ -124,9 +124,9 @@ Result measure(Communicator& comm, const PerfOptions& base, Bench bench) {
 }
 
 /// Per size: the fastest algorithm where it beats the built-in choice by more than `margin`.
-/// Then a size whose choice differs from every neighbour's takes a neighbour's choice (the
-/// built-in one if it is among them, else the smaller size's) when that one is within the
-/// margin there too: noise flips single sizes, real crossovers stay.
+/// Then a choice that leaves the built-in one must hold for two neighbouring sizes at least:
+/// a win at a single size goes back to the built-in choice (noise flips single sizes; a real
+/// crossover holds from there on).
 void choose(Result& res, double margin) {
   for (Point& p : res.points) {
     p.chosen = p.fallback;
@@ -139,21 +139,13 @@ void choose(Result& res, double margin) {
     }
   }
   const std::size_t n = res.points.size();
+  std::vector<std::size_t> first(n);
+  for (std::size_t k = 0; k < n; ++k) first[k] = res.points[k].chosen;
   for (std::size_t k = 0; k < n && n > 1; ++k) {
     Point& p = res.points[k];
-    std::vector<std::size_t> around;
-    if (k > 0) around.push_back(res.points[k - 1].chosen);
-    if (k + 1 < n) around.push_back(res.points[k + 1].chosen);
-    if (std::find(around.begin(), around.end(), p.chosen) != around.end()) continue;
-    if (std::find(around.begin(), around.end(), p.fallback) != around.end())
-      around.insert(around.begin(), p.fallback);
-    for (std::size_t a : around) {
-      const double t = p.p50_us[a];
-      if (!std::isnan(t) && t <= p.p50_us[p.chosen] * (1 + margin)) {
-        p.chosen = a;
-        break;
-      }
-    }
+    const bool held =
+        (k > 0 && first[k - 1] == first[k]) || (k + 1 < n && first[k + 1] == first[k]);
+    if (!held && !std::isnan(p.p50_us[p.fallback])) p.chosen = p.fallback;
   }
 }
 
@@ -247,9 +239,9 @@ Json entry_json(const std::vector<Result>& results, const comm::TuningContext& c
     const std::string name(to_string(res.bench));
     Json list = Json::array();
     for (const Range& r : ranges_of(res)) {
-      Json range = {{"from", r.from}, {"algorithm", std::string(r.algorithm)}};
-      range["to"] = r.to == 0 ? Json(nullptr) : Json(r.to);
-      list.push_back(std::move(range));
+      list.push_back({{"from", r.from},
+                      {"to", r.to == 0 ? Json(nullptr) : Json(r.to)},
+                      {"algorithm", std::string(r.algorithm)}});
     }
     collectives[name] = std::move(list);
     Json points = Json::array();
@@ -268,6 +260,25 @@ Json entry_json(const std::vector<Result>& results, const comm::TuningContext& c
   return {{"context", std::move(context)},
           {"collectives", std::move(collectives)},
           {"measurements", std::move(measurements)}};
+}
+
+/// JSON text where what fits on a line stays on one line (a range, a measured size).
+void pretty(const Json& v, std::size_t indent, std::string& out) {
+  const std::string flat = v.dump();
+  if (!v.is_structured() || v.empty() || indent + flat.size() <= 96) {
+    out += flat;
+    return;
+  }
+  out += v.is_object() ? "{\n" : "[\n";
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (it != v.begin()) out += ",\n";
+    out.append(indent + 2, ' ');
+    if (v.is_object()) out += Json(it.key()).dump() + ": ";
+    pretty(*it, indent + 2, out);
+  }
+  out += "\n";
+  out.append(indent, ' ');
+  out += v.is_object() ? "}" : "]";
 }
 
 /// Writes `entry` into the file, keeping the entries of other contexts already there.
@@ -294,7 +305,9 @@ void write_file(const std::string& path, Json entry) {
     }
   }
   doc["entries"].push_back(std::move(entry));
-  const std::string text = doc.dump(2) + "\n";
+  std::string text;
+  pretty(doc, 0, text);
+  text += "\n";
   // What the runtime will read must pass its own checks.
   comm::parse_tuning(text, path, algorithms::Registry::builtin());
   const std::string tmp = path + ".tmp";
@@ -346,7 +359,8 @@ int tune(Communicator& comm, const PerfOptions& options) {
   if (print) {
     write_file(options.tune_out, entry_json(results, ctx, options, comm));
     std::printf(
-        "#\n# A choice leaves the built-in one only when it is more than %g %% faster.\n"
+        "#\n# A choice leaves the built-in one only when it is more than %g %% faster, at two "
+        "neighbouring sizes at least.\n"
         "# Tuning for %s written to %s; use it with TANDEM_TUNING_FILE=%s\n",
         options.tune_margin * 100, comm::to_string(ctx).c_str(), options.tune_out.c_str(),
         options.tune_out.c_str());
