@@ -101,40 +101,57 @@ void log_summary(const Communicator::Impl& impl) {
   }
 }
 
-// TANDEM_TUNING_FILE: the entry for this communicator's context, if any. Every rank must then
-// choose alike: rank 0 publishes what it applies and the others compare (one store operation
-// each), so ranks given different files or settings fail here, not in a mismatched call.
-void apply_tuning(Communicator::Impl& impl) {
+// TANDEM_TUNING_FILE: applies the entry for this communicator's context, if any, and returns
+// what it applied ("none", or the entry's digest).
+std::string choose_tuning(Communicator::Impl& impl) {
   const std::string path = settings::get_string("TANDEM_TUNING_FILE");
-  std::string applied = "none";
-  if (!path.empty()) {
-    auto file = load_tuning_file(path);
-    const TuningContext context = tuning_context(*impl.mesh);
-    if (const TuningEntry* entry = file->match(context)) {
-      applied = entry->digest();
-      TANDEM_INFO(init, "communicator '{}': applies tuning {}", impl.prefix, entry->label);
-      impl.policy.set_tuning(std::move(file), entry);
-    } else {
-      static std::mutex mutex;
-      static std::vector<std::string> logged;
-      const std::string key = fmt::format("{}|{}", path, to_string(context));
-      const std::lock_guard lock(mutex);
-      if (std::find(logged.begin(), logged.end(), key) == logged.end()) {
-        logged.push_back(key);
-        TANDEM_INFO(init,
-                    "TANDEM_TUNING_FILE={}: no entry for {} (this communicator's context); the "
-                    "built-in choices apply. Run tandem-perf --tune in this setting to add one "
-                    "(logged once)",
-                    path, to_string(context));
-      }
-    }
+  if (path.empty()) return "none";
+  auto file = load_tuning_file(path);
+  const TuningContext context = tuning_context(*impl.mesh);
+  if (const TuningEntry* entry = file->match(context)) {
+    TANDEM_INFO(init, "communicator '{}': applies tuning {}", impl.prefix, entry->label);
+    impl.policy.set_tuning(std::move(file), entry);
+    return entry->digest();
   }
+  static std::mutex mutex;
+  static std::vector<std::string> logged;
+  const std::string key = fmt::format("{}|{}", path, to_string(context));
+  const std::lock_guard lock(mutex);
+  if (std::find(logged.begin(), logged.end(), key) == logged.end()) {
+    logged.push_back(key);
+    TANDEM_INFO(init,
+                "TANDEM_TUNING_FILE={}: no entry for {} (this communicator's context); the "
+                "built-in choices apply. Run tandem-perf --tune in this setting to add one "
+                "(logged once)",
+                path, to_string(context));
+  }
+  return "none";
+}
+
+// Every rank must choose alike: rank 0 publishes what it applies (or that it failed) and the
+// others compare (one store operation each), so ranks given different files or settings fail
+// here rather than in a mismatched call.
+void apply_tuning(Communicator::Impl& impl) {
   constexpr std::string_view kKey = "tuning";
+  constexpr std::string_view kFailed = "failed: ";
   if (impl.rank == 0) {
+    std::string applied;
+    try {
+      applied = choose_tuning(impl);
+    } catch (const Error& e) {
+      impl.store->set(kKey, fmt::format("{}{}", kFailed, e.message()));
+      throw;
+    }
     impl.store->set(kKey, applied);
     return;
   }
+  const std::string applied = choose_tuning(impl);
   const std::string first = impl.store->get(kKey, deadline_in(impl.timeout));
+  if (first.starts_with(kFailed))
+    TANDEM_THROW(ErrorCode::InvalidArgument,
+                 "communicator '{}': rank 0 could not apply its tuning file ({}); every rank "
+                 "must see the same valid TANDEM_TUNING_FILE",
+                 impl.prefix, first.substr(kFailed.size()));
   if (first != applied)
     TANDEM_THROW(ErrorCode::InvalidArgument,
                  "communicator '{}': rank 0 applies tuning '{}' but rank {} applies '{}'; every "

@@ -144,5 +144,29 @@ TEST(TuningFile, RanksThatApplyDifferentEntriesFailAtCreation) {
   testing::expect_all_ok(exits);
 }
 
+TEST(TuningFile, ABadFileOnRankZeroFailsTheOthersAtOnce) {
+  const testing::TempDir dir;
+  const std::string good = write(dir, "good.json", {entry(2, "shm")});
+  const std::string bad = dir.file("bad.json");
+  std::ofstream(bad) << "{ not json";
+  const auto exits = testing::run_ranks(
+      2,
+      [&](const testing::RankContext& ctx) {
+        ::setenv("TANDEM_TUNING_FILE", ctx.rank == 0 ? bad.c_str() : good.c_str(), 1);
+        try {
+          auto comm = connect(ctx);
+          ADD_FAILURE() << "rank " << ctx.rank << " created a communicator";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+          EXPECT_NE(e.message().find(bad), std::string::npos) << e.message();
+          if (ctx.rank == 1) {
+            EXPECT_NE(e.message().find("rank 0 could not apply"), std::string::npos) << e.message();
+          }
+        }
+      },
+      run_options("shm"));
+  testing::expect_all_ok(exits);
+}
+
 }  // namespace
 }  // namespace tandem::mptest
