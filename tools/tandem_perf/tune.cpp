@@ -19,7 +19,6 @@
 #include <ctime>
 #include <fstream>
 #include <limits>
-#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -99,7 +98,7 @@ Result measure(Communicator& comm, const PerfOptions& base, Bench bench) {
     const algorithms::Call shape = comm::probe_call(kind, p.bytes, world);
     const algorithms::Algorithm& builtin = reg.select(shape, world, {}, false);
     p.p50_us.assign(res.algorithms.size(), std::numeric_limits<double>::quiet_NaN());
-    // Rounds interleave the algorithms, so that a burst of load on this shared machine
+    // Rounds interleave the algorithms, so that a burst of load on a shared machine
     // slows all of them rather than one: each round's median, then the median of those.
     std::vector<std::vector<double>> rounds(res.algorithms.size());
     for (int round = 0; round < kRounds; ++round) {
