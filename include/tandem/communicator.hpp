@@ -187,7 +187,8 @@ class Communicator {
   /// "shm" or "tcp": how this rank reaches `peer` ("self" for its own rank).
   std::string_view transport_to(int peer) const;
   /// Name of the algorithm the selector would run for this call shape (tools, debugging),
-  /// TANDEM_ALGO / CommOptions::algorithm included; "local" on a one-rank communicator.
+  /// TANDEM_ALGO / CommOptions::algorithm and TANDEM_TUNING_FILE included; "local" on a
+  /// one-rank communicator.
   /// `bytes` counts f32 elements as nccl-tests does: the whole output of allgather and
   /// gather, the whole input of reduce_scatter and scatter, the buffer otherwise.
   std::string_view algorithm_for(CollectiveKind kind, std::size_t bytes) const;

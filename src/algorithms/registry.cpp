@@ -18,10 +18,11 @@ namespace tandem::algorithms {
 
 namespace {
 
-// Default crossovers between latency-bound and bandwidth-bound algorithms. They are the
-// usual textbook crossovers, not measurements of tandem's transports: they will be replaced
-// by values measured with tandem-perf (per transport and world size). Each is a power of two:
-// choices are cached per size class (size_class()), which must not straddle a crossover.
+// Default crossovers between latency-bound and bandwidth-bound algorithms, checked with
+// `tandem-perf --tune` on 2 ranks over shared memory and TCP (README, "Tuning"); where the
+// measurements did not clearly disagree the textbook values stay, and a tuning file
+// (TANDEM_TUNING_FILE) refines them per machine. Each is a power of two: choices are cached
+// per size class (size_class()), which must not straddle a crossover.
 constexpr std::size_t kAllreduceSmallBytes = 16u << 10;      // below: recursive_doubling
 constexpr std::size_t kBroadcastSmallBytes = 64u << 10;      // below: tree
 constexpr std::size_t kReduceSmallBytes = 64u << 10;         // below: tree
@@ -29,6 +30,9 @@ constexpr std::size_t kAllgatherSmallBytes = 64u << 10;      // result size; bel
 constexpr std::size_t kReduceScatterSmallBytes = 64u << 10;  // input size; below: recursive_halving
 constexpr std::size_t kGatherSmallBytes = 4u << 10;          // block size; below: binomial
 constexpr int kGatherBinomialMinWorld = 8;                   // fewer ranks: linear is as good
+// On 2 ranks reduce's ring (an exchange of halves, then a send to the root) lost to tree
+// (one send) at every size from 64 KiB to 16 MiB, by 1.3-4x, over shared memory and TCP.
+constexpr int kReduceTreeOnlyMaxWorld = 2;
 static_assert(std::has_single_bit(kAllreduceSmallBytes) &&
               std::has_single_bit(kBroadcastSmallBytes) && std::has_single_bit(kReduceSmallBytes) &&
               std::has_single_bit(kAllgatherSmallBytes) &&
@@ -88,7 +92,8 @@ Names preference(const Call& call, int world) noexcept {
     case CollectiveKind::broadcast:
       return bytes < kBroadcastSmallBytes ? Names(kTreeRing) : Names(kRingTree);
     case CollectiveKind::reduce:
-      return bytes < kReduceSmallBytes ? Names(kTreeRing) : Names(kRingTree);
+      return bytes < kReduceSmallBytes || world <= kReduceTreeOnlyMaxWorld ? Names(kTreeRing)
+                                                                           : Names(kRingTree);
     case CollectiveKind::allgather:
       return bytes < kAllgatherSmallBytes ? Names(kSmallAllgather) : Names(kRing);
     case CollectiveKind::reduce_scatter:

@@ -1,6 +1,7 @@
 #include "comm/bootstrap.hpp"
 
 #include "comm/impl.hpp"
+#include "comm/tuning.hpp"
 #include "core/net.hpp"
 #include "core/reduce.hpp"
 #include "core/trace.hpp"
@@ -13,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <unistd.h>
 
 namespace tandem::comm {
@@ -107,6 +109,64 @@ void log_summary(const Communicator::Impl& impl) {
         describe_choices(impl.policy, reg, CollectiveKind::allreduce, impl.size, &impl.hosts),
         describe_choices(impl.policy, reg, CollectiveKind::broadcast, impl.size, &impl.hosts));
   }
+}
+
+// TANDEM_TUNING_FILE: applies the entry for this communicator's context, if any, and returns
+// what it applied ("none", or the entry's digest).
+std::string choose_tuning(Communicator::Impl& impl) {
+  const std::string path = settings::get_string("TANDEM_TUNING_FILE");
+  if (path.empty()) return "none";
+  auto file = load_tuning_file(path);
+  const TuningContext context = tuning_context(*impl.mesh);
+  if (const TuningEntry* entry = file->match(context)) {
+    TANDEM_INFO(init, "communicator '{}': applies tuning {}", impl.prefix, entry->label);
+    impl.policy.set_tuning(std::move(file), entry);
+    return entry->digest();
+  }
+  static std::mutex mutex;
+  static std::vector<std::string> logged;
+  const std::string key = fmt::format("{}|{}", path, to_string(context));
+  const std::lock_guard lock(mutex);
+  if (std::find(logged.begin(), logged.end(), key) == logged.end()) {
+    logged.push_back(key);
+    TANDEM_INFO(init,
+                "TANDEM_TUNING_FILE={}: no entry for {} (this communicator's context); the "
+                "built-in choices apply. Run tandem-perf --tune in this setting to add one "
+                "(logged once)",
+                path, to_string(context));
+  }
+  return "none";
+}
+
+// Every rank must choose alike: rank 0 publishes what it applies (or that it failed) and the
+// others compare (one store operation each), so ranks given different files or settings fail
+// here rather than in a mismatched call.
+void apply_tuning(Communicator::Impl& impl) {
+  constexpr std::string_view kKey = "tuning";
+  constexpr std::string_view kFailed = "failed: ";
+  if (impl.rank == 0) {
+    std::string applied;
+    try {
+      applied = choose_tuning(impl);
+    } catch (const Error& e) {
+      impl.store->set(kKey, fmt::format("{}{}", kFailed, e.message()));
+      throw;
+    }
+    impl.store->set(kKey, applied);
+    return;
+  }
+  const std::string applied = choose_tuning(impl);
+  const std::string first = impl.store->get(kKey, deadline_in(impl.timeout));
+  if (first.starts_with(kFailed))
+    TANDEM_THROW(ErrorCode::InvalidArgument,
+                 "communicator '{}': rank 0 could not apply its tuning file ({}); every rank "
+                 "must see the same valid TANDEM_TUNING_FILE",
+                 impl.prefix, first.substr(kFailed.size()));
+  if (first != applied)
+    TANDEM_THROW(ErrorCode::InvalidArgument,
+                 "communicator '{}': rank 0 applies tuning '{}' but rank {} applies '{}'; every "
+                 "rank must see the same TANDEM_TUNING_FILE (and TANDEM_SHM_DISABLE)",
+                 impl.prefix, first, impl.rank, applied);
 }
 
 // A rank that dies during setup never publishes what the others wait for. Its store
@@ -225,6 +285,7 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
                   __FILE__, __LINE__);
     }
     find_local(*impl);
+    apply_tuning(*impl);
     impl->monitor = Monitor::start(impl->store, rank, size, prefix,
                                    settings::get_seconds("TANDEM_STALL_WARN"), impl->timeout);
     impl->monitor->on_mismatch([self = impl.get()](const std::string& what) {

@@ -1,5 +1,7 @@
 #include "comm/policy.hpp"
 
+#include "algorithms/common.hpp"
+#include "comm/tuning.hpp"
 #include "comm/validate.hpp"
 
 #include <tandem/error.hpp>
@@ -70,19 +72,31 @@ AlgoPolicy::AlgoPolicy(std::string_view spec, std::string_view source,
 }
 
 AlgoPolicy::AlgoPolicy(const AlgoPolicy& other)
-    : spec_(other.spec_), source_(other.source_), forced_(other.forced_) {}
+    : spec_(other.spec_),
+      source_(other.source_),
+      forced_(other.forced_),
+      tuning_file_(other.tuning_file_),
+      tuning_(other.tuning_) {}
 
 AlgoPolicy& AlgoPolicy::operator=(const AlgoPolicy& other) {
   if (this != &other) {
     spec_ = other.spec_;
     source_ = other.source_;
     forced_ = other.forced_;
-    for (auto& f : fallback_logged_) f.store(false, std::memory_order_relaxed);
-    for (auto& c : choices_) c.store(0, std::memory_order_relaxed);
-    for (auto& n : named_) n.store(nullptr, std::memory_order_relaxed);
-    cached_world_.store(0, std::memory_order_relaxed);
+    set_tuning(other.tuning_file_, other.tuning_);
   }
   return *this;
+}
+
+void AlgoPolicy::set_tuning(std::shared_ptr<const TuningFile> file, const TuningEntry* entry) {
+  tuning_file_ = std::move(file);
+  tuning_ = entry;
+  // Cached choices were made without it.
+  for (auto& f : fallback_logged_) f.store(false, std::memory_order_relaxed);
+  for (auto& f : tuning_fallback_logged_) f.store(false, std::memory_order_relaxed);
+  for (auto& c : choices_) c.store(0, std::memory_order_relaxed);
+  for (auto& n : named_) n.store(nullptr, std::memory_order_relaxed);
+  cached_world_.store(0, std::memory_order_relaxed);
 }
 
 const algorithms::Algorithm& AlgoPolicy::choose(const algorithms::Registry& reg,
@@ -139,6 +153,17 @@ const algorithms::Algorithm& AlgoPolicy::choose_default(const algorithms::Regist
                   "{}={}: '{}' does not support a {} of {} x {} on {} ranks; the selector "
                   "chooses instead (logged once per collective)",
                   source_, spec_, forced, to_string(call.kind), to_string(call.in.dtype),
+                  call.in.count, world);
+  }
+  if (tuning_ != nullptr && &reg == &algorithms::Registry::builtin()) {
+    const auto* a = tuning_->lookup(call.kind, algorithms::detail::call_bytes(call));
+    if (a != nullptr && a->supports(call, world)) return *a;
+    if (a != nullptr &&
+        !tuning_fallback_logged_[index_of(call.kind)].exchange(true, std::memory_order_relaxed))
+      TANDEM_INFO(algo,
+                  "{}: '{}' does not support a {} of {} x {} on {} ranks; the built-in choice "
+                  "runs instead (logged once per collective)",
+                  tuning_->label, a->name(), to_string(call.kind), to_string(call.in.dtype),
                   call.in.count, world);
   }
   return reg.select(call, world, {}, false);

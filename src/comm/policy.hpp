@@ -1,7 +1,8 @@
 #pragma once
 // Which algorithm runs a call: a per-call choice (strict), the communicator's forced choice
 // from CommOptions::algorithm / TANDEM_ALGO (lenient: falls back when it does not apply),
-// else the registry's default by size and world size.
+// else the matching entry of a tuning file (TANDEM_TUNING_FILE, lenient too), else the
+// registry's default by size and world size.
 
 #include "algorithms/algorithm.hpp"
 
@@ -12,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -22,6 +24,9 @@ inline constexpr std::size_t kKindCount = static_cast<std::size_t>(CollectiveKin
 inline std::size_t index_of(CollectiveKind k) noexcept {
   return static_cast<std::size_t>(k);
 }
+
+struct TuningEntry;
+struct TuningFile;
 
 class AlgoPolicy {
  public:
@@ -37,6 +42,12 @@ class AlgoPolicy {
   const algorithms::Algorithm& choose(const algorithms::Registry& reg, const algorithms::Call& call,
                                       int world, std::string_view per_call) const;
 
+  /// Applies `entry` (of `file`, which keeps it alive; nullptr: none) below the forced
+  /// choice: where it names an algorithm for a call's size that supports the call.
+  void set_tuning(std::shared_ptr<const TuningFile> file, const TuningEntry* entry);
+  /// The applied tuning entry, or nullptr.
+  const TuningEntry* tuning() const noexcept { return tuning_; }
+
   /// The forced name for `kind` ("" when none).
   std::string_view forced(CollectiveKind kind) const noexcept { return forced_[index_of(kind)]; }
   /// The spec as given ("" when none).
@@ -48,6 +59,10 @@ class AlgoPolicy {
   std::array<std::string, kKindCount> forced_{};
   /// The fallback of a forced algorithm is logged once per collective.
   mutable std::array<std::atomic<bool>, kKindCount> fallback_logged_{};
+  std::shared_ptr<const TuningFile> tuning_file_;
+  const TuningEntry* tuning_ = nullptr;
+  /// The fallback of a tuned algorithm, likewise.
+  mutable std::array<std::atomic<bool>, kKindCount> tuning_fallback_logged_{};
 
   // The default choice per (collective, dtype, size class), which is all it depends on for
   // one world size (see Algorithm::supports): training loops repeat the same call shapes,

@@ -53,6 +53,9 @@ constexpr std::array kSettings{
             "part per rank, merged by tandemrun); empty: off."},
     Setting{"TANDEM_TRACE_EVENTS", integer, "100000",
             "Timeline: the last events kept per communicator and per Reducer."},
+    Setting{"TANDEM_TUNING_FILE", string, "",
+            "Tuning file written by tandem-perf --tune: the algorithm per collective and size "
+            "measured for this world size, host count and transport."},
 };
 
 static_assert(std::ranges::is_sorted(kSettings, {}, &Setting::name),

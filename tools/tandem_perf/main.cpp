@@ -3,6 +3,7 @@
 #include "options.hpp"
 #include "report.hpp"
 #include "runner.hpp"
+#include "tune.hpp"
 
 #include <tandem/communicator.hpp>
 #include <tandem/error.hpp>
@@ -81,7 +82,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    return bench(*comm, o);
+    return o.tune ? tune(*comm, o) : bench(*comm, o);
   } catch (const tandem::Error& e) {
     std::fprintf(stderr, "tandem-perf: rank %d: %s\n", comm->rank(), e.what());
     if (e.code() == tandem::ErrorCode::InvalidArgument) return 2;

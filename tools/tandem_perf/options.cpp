@@ -119,11 +119,32 @@ ParseResult parse_command_line(int argc, char** argv, bool print) {
       ->capture_default_str();
   app.add_option("--json", o.json_path, "Also write every row to this JSON file (rank 0)")
       ->type_name("FILE");
+  double margin_percent = o.tune_margin * 100;
+  app.add_flag("--tune", o.tune,
+               "Time every algorithm of each collective (of -c, else of every collective with "
+               "several) at each power of two from -b to -e and write the fastest per size "
+               "to a tuning file for TANDEM_TUNING_FILE");
+  app.add_option("--tune-out", o.tune_out,
+                 "Tuning file to write (rank 0); an entry measured in another context (world "
+                 "size, hosts, transport) already in it is kept")
+      ->type_name("FILE")
+      ->capture_default_str();
+  app.add_option("--tune-margin", margin_percent,
+                 "Percent by which an algorithm must beat the built-in choice to replace it "
+                 "(so that noise does not flip choices)")
+      ->capture_default_str();
 
   ParseResult result;
   try {
     app.parse(argc, argv);
     o.bench = parse_bench(coll);
+    o.collective_given = app.count("-c") > 0;
+    if (o.tune && !o.algorithm.empty())
+      throw BadValue("--tune times every algorithm: leave out -a");
+    if (!(margin_percent >= 0 && margin_percent < 100))
+      throw BadValue(fmt::format("--tune-margin {}: use 0 to 100 (percent)", margin_percent));
+    o.tune_margin = margin_percent / 100;
+    if (o.tune && o.tune_out.empty()) throw BadValue("--tune-out: name a file");
     o.min_bytes = parse_size(minb, "-b");
     o.max_bytes = parse_size(maxb, "-e");
     if (o.max_bytes < o.min_bytes)

@@ -37,6 +37,12 @@ struct PerfOptions {
   std::string algorithm;  ///< empty: the selector's choice
   bool check = true;
   std::string json_path;
+  bool in_place = true;  ///< also measure in place (where the collective has it)
+  /// --tune: time every applicable algorithm per power-of-two size, write a tuning file.
+  bool tune = false;
+  bool collective_given = false;  ///< -c was given (--tune: only that collective)
+  std::string tune_out = "tandem-tuning.json";
+  double tune_margin = 0.03;  ///< a challenger must beat the default by more than this
 };
 
 struct ParseResult {

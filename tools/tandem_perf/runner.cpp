@@ -14,6 +14,12 @@ namespace {
 
 constexpr std::size_t kAlign = 4096;
 
+bool has_in_place(Bench b) noexcept {
+  return b != Bench::alltoall && b != Bench::sendrecv && b != Bench::barrier;
+}
+
+}  // namespace
+
 CollectiveKind kind_of(Bench b) noexcept {
   switch (b) {
     case Bench::allreduce:
@@ -36,12 +42,6 @@ CollectiveKind kind_of(Bench b) noexcept {
   return CollectiveKind::barrier;
 }
 
-bool has_in_place(Bench b) noexcept {
-  return b != Bench::alltoall && b != Bench::sendrecv && b != Bench::barrier;
-}
-
-}  // namespace
-
 double bus_factor(Bench b, int world) noexcept {
   const double n = world;
   switch (b) {
@@ -58,7 +58,7 @@ double bus_factor(Bench b, int world) noexcept {
 
 Runner::Runner(Communicator& comm, const PerfOptions& options)
     : comm_(comm), options_(options), rank_(comm.rank()), world_(comm.size()) {
-  call_.algorithm = options_.algorithm;
+  set_algorithm(options_.algorithm);
   capacity_ = (std::max<std::size_t>(options_.max_bytes, 64) + kAlign - 1) / kAlign * kAlign;
   for (auto* p : {&a_, &b_}) {
     p->reset(static_cast<std::byte*>(std::aligned_alloc(kAlign, capacity_)));
@@ -70,6 +70,16 @@ Runner::Runner(Communicator& comm, const PerfOptions& options)
     }
     std::memset(p->get(), 0, capacity_);  // page faults here, not in the timed loop
   }
+}
+
+void Runner::set_algorithm(std::string name) {
+  algorithm_ = std::move(name);
+  call_.algorithm = algorithm_;
+}
+
+std::size_t Runner::call_bytes(std::size_t size, DataType dtype) const {
+  const Shape s = shape(size, dtype);
+  return s.per == 0 ? 0 : std::max(s.in, s.out) * dtype_size(dtype);
 }
 
 Runner::Shape Runner::shape(std::size_t size, DataType t) const {
@@ -269,11 +279,12 @@ Row Runner::run(std::size_t size, DataType dtype, ReduceOp op) {
   const std::size_t elem = dtype_size(dtype);
   row.bytes = std::max(s.in, s.out) * elem;
   if (options_.bench != Bench::barrier && s.per == 0) return row;
-  row.algorithm = !options_.algorithm.empty()
-                      ? options_.algorithm
+  row.algorithm = !algorithm_.empty()
+                      ? algorithm_
                       : std::string(comm_.algorithm_for(kind_of(options_.bench), row.bytes));
   row.out_of_place = measure(s, dtype, op, false, row.bytes);
-  if (has_in_place(options_.bench)) row.in_place = measure(s, dtype, op, true, row.bytes);
+  if (options_.in_place && has_in_place(options_.bench))
+    row.in_place = measure(s, dtype, op, true, row.bytes);
   return row;
 }
 

@@ -38,6 +38,9 @@ struct Row {
 /// busbw / algbw for `b` on `world` ranks.
 double bus_factor(Bench b, int world) noexcept;
 
+/// The collective a bench runs (sendrecv: send).
+CollectiveKind kind_of(Bench b) noexcept;
+
 class Runner {
  public:
   /// Allocates (and touches) buffers for the largest size.
@@ -46,6 +49,11 @@ class Runner {
   /// Measures one size; nullopt-like empty row (count 0) when the size holds no element per
   /// rank. Throws tandem::Error when a collective fails.
   Row run(std::size_t size, DataType dtype, ReduceOp op);
+  /// The bytes of the call run() makes for `size` (0: no element per rank), as the
+  /// selector counts them.
+  std::size_t call_bytes(std::size_t size, DataType dtype) const;
+  /// The algorithm the next runs force ("": the selector's choice).
+  void set_algorithm(std::string name);
 
  private:
   struct Shape {
@@ -68,6 +76,7 @@ class Runner {
 
   Communicator& comm_;
   const PerfOptions& options_;
+  std::string algorithm_;
   CallOptions call_;
   int rank_, world_;
   std::size_t capacity_ = 0;

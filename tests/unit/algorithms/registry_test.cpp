@@ -128,6 +128,7 @@ TEST(Selector, PicksBySize) {
   EXPECT_EQ(pick(CollectiveKind::broadcast, 1 << 20, 5), "ring");
   EXPECT_EQ(pick(CollectiveKind::reduce, 1024, 5), "tree");
   EXPECT_EQ(pick(CollectiveKind::reduce, 1 << 20, 5), "ring");
+  EXPECT_EQ(pick(CollectiveKind::reduce, 64 << 20, 2), "tree");  // measured: tree on 2 ranks
   // Power-of-two-only algorithms fall back on other world sizes.
   EXPECT_EQ(pick(CollectiveKind::allgather, 1024, 4), "recursive_doubling");
   EXPECT_EQ(pick(CollectiveKind::allgather, 1020, 3), "bruck");

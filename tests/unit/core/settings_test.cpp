@@ -176,6 +176,7 @@ TEST(Settings, DeclaresExactlyTheDocumentedNamesTypesAndDefaults) {
       {"TANDEM_RESTART_COUNT", {Type::integer, "0"}},
       {"TANDEM_TRACE", {Type::string, ""}},
       {"TANDEM_TRACE_EVENTS", {Type::integer, "100000"}},
+      {"TANDEM_TUNING_FILE", {Type::string, ""}},
   };
   std::map<std::string, std::pair<Type, std::string>> got;
   for (const Setting& s : all()) got[std::string(s.name)] = {s.type, std::string(s.default_value)};
