@@ -22,14 +22,20 @@ namespace {
 // usual textbook crossovers, not measurements of tandem's transports: they will be replaced
 // by values measured with tandem-perf (per transport and world size). Each is a power of two:
 // choices are cached per size class (size_class()), which must not straddle a crossover.
+// From the *DirectBytes up, "direct" asks whether the buffers are registered (one small
+// message) and runs one-copy when they are, as a ring otherwise (allreduce/direct.cpp).
 constexpr std::size_t kAllreduceSmallBytes = 16u << 10;      // below: recursive_doubling
+constexpr std::size_t kAllreduceDirectBytes = 1u << 20;      // from here: direct
 constexpr std::size_t kBroadcastSmallBytes = 64u << 10;      // below: tree
+constexpr std::size_t kBroadcastDirectBytes = 1u << 20;      // from here: direct
 constexpr std::size_t kReduceSmallBytes = 64u << 10;         // below: tree
 constexpr std::size_t kAllgatherSmallBytes = 64u << 10;      // result size; below: log-step ones
 constexpr std::size_t kReduceScatterSmallBytes = 64u << 10;  // input size; below: recursive_halving
 constexpr std::size_t kGatherSmallBytes = 4u << 10;          // block size; below: binomial
 constexpr int kGatherBinomialMinWorld = 8;                   // fewer ranks: linear is as good
 static_assert(std::has_single_bit(kAllreduceSmallBytes) &&
+              std::has_single_bit(kAllreduceDirectBytes) &&
+              std::has_single_bit(kBroadcastDirectBytes) &&
               std::has_single_bit(kBroadcastSmallBytes) && std::has_single_bit(kReduceSmallBytes) &&
               std::has_single_bit(kAllgatherSmallBytes) &&
               std::has_single_bit(kReduceScatterSmallBytes) &&
@@ -65,8 +71,10 @@ using Names = std::span<const std::string_view>;
 
 constexpr std::string_view kRdRing[] = {"recursive_doubling", "ring"};
 constexpr std::string_view kRingRab[] = {"ring", "rabenseifner"};
+constexpr std::string_view kDirectRing[] = {"direct", "ring", "rabenseifner"};
 constexpr std::string_view kTreeRing[] = {"tree", "ring"};
 constexpr std::string_view kRingTree[] = {"ring", "tree"};
+constexpr std::string_view kDirectRingTree[] = {"direct", "ring", "tree"};
 constexpr std::string_view kSmallAllgather[] = {"recursive_doubling", "bruck", "ring"};
 constexpr std::string_view kRing[] = {"ring"};
 constexpr std::string_view kRhRing[] = {"recursive_halving", "ring"};
@@ -79,8 +87,10 @@ Names preference(const Call& call, int world) noexcept {
   const std::size_t bytes = detail::call_bytes(call);
   switch (call.kind) {
     case CollectiveKind::allreduce:
+      if (bytes >= kAllreduceDirectBytes) return Names(kDirectRing);
       return bytes < kAllreduceSmallBytes ? Names(kRdRing) : Names(kRingRab);
     case CollectiveKind::broadcast:
+      if (bytes >= kBroadcastDirectBytes) return Names(kDirectRingTree);
       return bytes < kBroadcastSmallBytes ? Names(kTreeRing) : Names(kRingTree);
     case CollectiveKind::reduce:
       return bytes < kReduceSmallBytes ? Names(kTreeRing) : Names(kRingTree);
@@ -107,8 +117,10 @@ const Registry& Registry::builtin() {
     r.add(make_allreduce_recursive_doubling());
     r.add(make_allreduce_tree());
     r.add(make_allreduce_rabenseifner());
+    r.add(make_allreduce_direct());
     r.add(make_broadcast_tree());
     r.add(make_broadcast_ring());
+    r.add(make_broadcast_direct());
     r.add(make_reduce_tree());
     r.add(make_reduce_ring());
     r.add(make_allgather_ring());

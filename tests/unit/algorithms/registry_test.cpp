@@ -73,8 +73,8 @@ ErrorCode code_of(const std::function<void()>& f) {
 
 TEST(Registry, HasEveryCollective) {
   const std::pair<CollectiveKind, std::vector<std::string>> expected[] = {
-      {CollectiveKind::allreduce, {"ring", "recursive_doubling", "tree", "rabenseifner"}},
-      {CollectiveKind::broadcast, {"tree", "ring"}},
+      {CollectiveKind::allreduce, {"ring", "recursive_doubling", "tree", "rabenseifner", "direct"}},
+      {CollectiveKind::broadcast, {"tree", "ring", "direct"}},
       {CollectiveKind::reduce, {"tree", "ring"}},
       {CollectiveKind::allgather, {"ring", "recursive_doubling", "bruck"}},
       {CollectiveKind::allgatherv, {"ring"}},
@@ -121,9 +121,13 @@ TEST(Selector, PicksBySize) {
   EXPECT_EQ(pick(CollectiveKind::allreduce, 8, 4), "recursive_doubling");
   EXPECT_EQ(pick(CollectiveKind::allreduce, 16 * 1024 - 4, 4), "recursive_doubling");
   EXPECT_EQ(pick(CollectiveKind::allreduce, 16 * 1024, 4), "ring");
-  EXPECT_EQ(pick(CollectiveKind::allreduce, 64 << 20, 3), "ring");
+  EXPECT_EQ(pick(CollectiveKind::allreduce, 1024 * 1024 - 4, 3), "ring");
+  // From 1 MiB: one-copy when the buffers are registered everywhere, else a ring inside.
+  EXPECT_EQ(pick(CollectiveKind::allreduce, 1024 * 1024, 3), "direct");
+  EXPECT_EQ(pick(CollectiveKind::allreduce, 64 << 20, 3), "direct");
   EXPECT_EQ(pick(CollectiveKind::broadcast, 1024, 5), "tree");
-  EXPECT_EQ(pick(CollectiveKind::broadcast, 1 << 20, 5), "ring");
+  EXPECT_EQ(pick(CollectiveKind::broadcast, (1 << 20) - 4, 5), "ring");
+  EXPECT_EQ(pick(CollectiveKind::broadcast, 1 << 20, 5), "direct");
   EXPECT_EQ(pick(CollectiveKind::reduce, 1024, 5), "tree");
   EXPECT_EQ(pick(CollectiveKind::reduce, 1 << 20, 5), "ring");
   // Power-of-two-only algorithms fall back on other world sizes.
