@@ -36,6 +36,7 @@ struct PerfOptions {
   int warmup = 5;
   std::string algorithm;  ///< empty: the selector's choice
   bool check = true;
+  bool registered = false;  ///< buffers from Communicator::allocate (one-copy collectives)
   std::string json_path;
 };
 
