@@ -136,7 +136,9 @@ class Direct final : public Algorithm {
                    hellos[up].in_region, hellos[up].out_region);
     }
 
-    // Phase 1: this rank's slice, reduced in rank order from every rank's input.
+    // Phase 1: this rank's slice from every rank's input, its own first: in place, the
+    // output is its own input, which must be read before it is overwritten. (Each slice is
+    // reduced by one rank only, so every rank still ends with the same bits.)
     std::byte* out = detail::ptr(call.out.data);
     const std::size_t first = off[static_cast<std::size_t>(r)];
     const std::size_t last = off[static_cast<std::size_t>(r) + 1];
@@ -144,8 +146,12 @@ class Direct final : public Algorithm {
     for (std::size_t c = first; c < last; c += step) {
       const std::size_t m = std::min(step, last - c);
       std::byte* dst = out + c * es;
-      core::reduce(dst, ins[0] + c * es, ins[1] + c * es, m, dt, op);
-      for (std::size_t p = 2; p < un; ++p) core::reduce(dst, dst, ins[p] + c * es, m, dt, op);
+      const std::byte* prev = ins[static_cast<std::size_t>(r)] + c * es;
+      for (int k = 1; k < n; ++k) {
+        const auto p = static_cast<std::size_t>(detail::mod(r + k, n));
+        core::reduce(dst, prev, ins[p] + c * es, m, dt, op);
+        prev = dst;
+      }
       if (call.op == ReduceOp::avg) core::divide(dst, m, dt, n);
     }
 
