@@ -148,7 +148,7 @@ TEST(Registered, PrivateMemoryWithoutSharedMemoryStillWorks) {
         EXPECT_FALSE(a.shared());
         ASSERT_NE(a.data(), nullptr);
         EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a.data()) % 4096, 0u);
-        check_allreduce(*comm, a.data(), a.data(), DataType::f32, ReduceOp::sum, 262147, 2, "");
+        check_allreduce(*comm, a.data(), a.data(), DataType::f32, ReduceOp::sum, 262143, 2, "");
         check_allreduce(*comm, a.data(), a.data(), DataType::i32, ReduceOp::max, 1001, 3, "direct");
       },
       run_options("tcp"));
