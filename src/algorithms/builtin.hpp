@@ -20,6 +20,7 @@ std::unique_ptr<Algorithm> make_reduce_ring();
 std::unique_ptr<Algorithm> make_allgather_ring();
 std::unique_ptr<Algorithm> make_allgather_recursive_doubling();
 std::unique_ptr<Algorithm> make_allgather_bruck();
+std::unique_ptr<Algorithm> make_allgather_direct();
 std::unique_ptr<Algorithm> make_allgatherv_ring();
 std::unique_ptr<Algorithm> make_reduce_scatter_ring();
 std::unique_ptr<Algorithm> make_reduce_scatter_recursive_halving();

@@ -30,12 +30,14 @@ constexpr std::size_t kBroadcastSmallBytes = 64u << 10;      // below: tree
 constexpr std::size_t kBroadcastDirectBytes = 1u << 20;      // from here: direct
 constexpr std::size_t kReduceSmallBytes = 64u << 10;         // below: tree
 constexpr std::size_t kAllgatherSmallBytes = 64u << 10;      // result size; below: log-step ones
+constexpr std::size_t kAllgatherDirectBytes = 1u << 20;      // result size; from here: direct
 constexpr std::size_t kReduceScatterSmallBytes = 64u << 10;  // input size; below: recursive_halving
 constexpr std::size_t kGatherSmallBytes = 4u << 10;          // block size; below: binomial
 constexpr int kGatherBinomialMinWorld = 8;                   // fewer ranks: linear is as good
 static_assert(std::has_single_bit(kAllreduceSmallBytes) &&
               std::has_single_bit(kAllreduceDirectBytes) &&
               std::has_single_bit(kBroadcastDirectBytes) &&
+              std::has_single_bit(kAllgatherDirectBytes) &&
               std::has_single_bit(kBroadcastSmallBytes) && std::has_single_bit(kReduceSmallBytes) &&
               std::has_single_bit(kAllgatherSmallBytes) &&
               std::has_single_bit(kReduceScatterSmallBytes) &&
@@ -77,6 +79,7 @@ constexpr std::string_view kRingTree[] = {"ring", "tree"};
 constexpr std::string_view kDirectRingTree[] = {"direct", "ring", "tree"};
 constexpr std::string_view kSmallAllgather[] = {"recursive_doubling", "bruck", "ring"};
 constexpr std::string_view kRing[] = {"ring"};
+constexpr std::string_view kDirectRingOnly[] = {"direct", "ring"};
 constexpr std::string_view kRhRing[] = {"recursive_halving", "ring"};
 constexpr std::string_view kBinomialLinear[] = {"binomial", "linear"};
 constexpr std::string_view kLinear[] = {"linear"};
@@ -95,6 +98,7 @@ Names preference(const Call& call, int world) noexcept {
     case CollectiveKind::reduce:
       return bytes < kReduceSmallBytes ? Names(kTreeRing) : Names(kRingTree);
     case CollectiveKind::allgather:
+      if (bytes >= kAllgatherDirectBytes) return Names(kDirectRingOnly);
       return bytes < kAllgatherSmallBytes ? Names(kSmallAllgather) : Names(kRing);
     case CollectiveKind::reduce_scatter:
       return bytes < kReduceScatterSmallBytes ? Names(kRhRing) : Names(kRing);
@@ -126,6 +130,7 @@ const Registry& Registry::builtin() {
     r.add(make_allgather_ring());
     r.add(make_allgather_recursive_doubling());
     r.add(make_allgather_bruck());
+    r.add(make_allgather_direct());
     r.add(make_allgatherv_ring());
     r.add(make_reduce_scatter_ring());
     r.add(make_reduce_scatter_recursive_halving());

@@ -81,6 +81,27 @@ void check_broadcast(Communicator& comm, void* in, void* out, DataType t, int ro
       << " on rank " << comm.rank();
 }
 
+// Allgathers `count` elements per rank from `in` (nullptr: in place, block rank() of `out`).
+void check_allgather(Communicator& comm, void* in, void* out, DataType t, std::size_t count,
+                     std::uint32_t seed) {
+  const auto n = static_cast<std::size_t>(comm.size());
+  const auto r = static_cast<std::size_t>(comm.rank());
+  const std::size_t es = dtype_size(t);
+  Buffer want(t, count * n);
+  for (std::size_t p = 0; p < n; ++p)
+    for (std::size_t i = 0; i < count; ++i)
+      want.set(p * count + i, data_value(t, static_cast<int>(p), i, seed));
+  if (count != 0) std::memset(out, 0xA5, count * n * es);
+  void* src = in != nullptr ? in : static_cast<std::byte*>(out) + r * count * es;
+  if (count != 0)
+    std::memcpy(src, static_cast<std::byte*>(want.data()) + r * count * es, count * es);
+  CallOptions o;
+  o.algorithm = "direct";
+  comm.allgather(BufferView::raw(src, count, t), BufferView::raw(out, count * n, t), o);
+  EXPECT_EQ(difference(out, want), "")
+      << to_string(t) << " x " << count << (in == nullptr ? " in-place" : "") << " on rank " << r;
+}
+
 TEST(Registered, AllocateSharesZeroedAlignedMemoryAndLeavesNoName) {
   const auto exits = testing::run_ranks(
       2,
@@ -208,12 +229,24 @@ TEST_P(RegisteredSweep, DirectMatchesReference) {
             }
           }
         }
+        // Allgather: every rank's input registered (in place too), or not on odd ranks.
+        for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{1031},
+                              std::size_t{60013}}) {
+          for (DataType t : {DataType::f32, DataType::u8, DataType::f64}) {
+            check_allgather(*comm, rin, rout, t, n, ++seed);
+            check_allgather(*comm, nullptr, rout, t, n, ++seed);
+            check_allgather(*comm, ctx.rank % 2 == 0 ? static_cast<void*>(rin) : user_in.data(),
+                            rout, t, n, ++seed);
+            check_allgather(*comm, rin, user_out.data(), t, n, ++seed);
+          }
+        }
         // The selector's own choice for large calls, registered and not.
         check_allreduce(*comm, rin, rout, DataType::f32, ReduceOp::avg, 1u << 19, ++seed, "");
         check_allreduce(*comm, user_in.data(), user_in.data(), DataType::f32, ReduceOp::sum,
                         1u << 19, ++seed, "");
         EXPECT_EQ(comm->algorithm_for(CollectiveKind::allreduce, 4u << 20), "direct");
         EXPECT_EQ(comm->algorithm_for(CollectiveKind::broadcast, 4u << 20), "direct");
+        EXPECT_EQ(comm->algorithm_for(CollectiveKind::allgather, 4u << 20), "direct");
         comm->barrier();
       },
       run_options("shm"));

@@ -11,10 +11,11 @@
 // selector's cache stays right: this algorithm supports every call and decides inside.
 // Syncs are tiny mesh messages, so deadlines, PeerLost and mismatch detection still apply.
 
+#include "algorithms/direct.hpp"
+
 #include "algorithms/builtin.hpp"
 #include "algorithms/common.hpp"
 #include "core/reduce.hpp"
-#include "transport/regions.hpp"
 
 #include <cstring>
 #include <vector>
@@ -22,44 +23,12 @@
 namespace tandem::algorithms {
 namespace {
 
+using detail::Where;
 using transport::RegionSpot;
-
-// Where one rank's buffers lie; region 0: not registered.
-struct Hello {
-  std::uint32_t in_region = 0;
-  std::uint32_t out_region = 0;
-  std::uint64_t in_offset = 0;
-  std::uint64_t out_offset = 0;
-};
-static_assert(sizeof(Hello) == 24);
 
 // Reduction chunk: the peers' inputs of one chunk and its output stay in L2 while the
 // n - 1 passes over it run.
 constexpr std::size_t kChunkBytes = 64u << 10;
-
-bool all_shm(const transport::Mesh& mesh) noexcept {
-  if (!mesh.regions()) return false;
-  for (int p = 0; p < mesh.size(); ++p)
-    if (p != mesh.rank() && mesh.link(p) != transport::Link::shm) return false;
-  return true;
-}
-
-// Every rank sends `bytes` of `src` to every other and receives theirs into dst[p]: the
-// exchange of Hellos, and (with one byte) the syncs between the phases.
-void exchange(const Call& call, transport::Mesh& mesh, const void* src, std::size_t bytes,
-              std::byte* dst) {
-  const int n = mesh.size();
-  const int r = mesh.rank();
-  detail::Batch batch(mesh, 2 * static_cast<std::size_t>(n - 1));
-  for (int k = 1; k < n; ++k) {
-    const int p = detail::mod(r - k, n);
-    batch.post(transport::Request::make_recv(p, call.tag, dst + static_cast<std::size_t>(p) * bytes,
-                                             bytes));
-  }
-  for (int k = 1; k < n; ++k)
-    batch.post(transport::Request::make_send(detail::mod(r + k, n), call.tag, src, bytes));
-  detail::wait_all(mesh, {&batch}, call.deadline);
-}
 
 class Direct final : public Algorithm {
  public:
@@ -70,31 +39,23 @@ class Direct final : public Algorithm {
   void run(const Call& call, Context& ctx) const override {
     transport::Mesh& mesh = ctx.mesh;
     if (call.out.count == 0) return;
-    if (!all_shm(mesh)) return fallback(call, ctx);
-    const int n = mesh.size();
-    const auto un = static_cast<std::size_t>(n);
-    const auto& pool = *mesh.regions();
-    Hello self;
-    if (const auto in = pool.locate(call.in.data, call.in.bytes())) {
-      self.in_region = in->region;
-      self.in_offset = in->offset;
-    }
-    if (const auto out = pool.locate(call.out.data, call.out.bytes())) {
-      self.out_region = out->region;
-      self.out_offset = out->offset;
-    }
-    std::vector<Hello> hellos(un);
-    exchange(call, mesh, &self, sizeof(Hello), reinterpret_cast<std::byte*>(hellos.data()));
+    if (!detail::all_shm(mesh)) return fallback(call, ctx);
+    const auto un = static_cast<std::size_t>(mesh.size());
+    const RegionSpot in = detail::spot_of(mesh, call.in.data, call.in.bytes());
+    const RegionSpot out = detail::spot_of(mesh, call.out.data, call.out.bytes());
+    const Where self{in.region, out.region, in.offset, out.offset};
+    std::vector<Where> hellos(un);
+    detail::exchange(call, mesh, &self, sizeof(Where), reinterpret_cast<std::byte*>(hellos.data()));
     hellos[static_cast<std::size_t>(mesh.rank())] = self;
     if (!registered_everywhere(hellos)) return fallback(call, ctx);
     one_copy(call, mesh, hellos);
   }
 
  private:
-  static bool registered_everywhere(const std::vector<Hello>& hellos) noexcept {
-    const Hello& h0 = hellos[0];
+  static bool registered_everywhere(const std::vector<Where>& hellos) noexcept {
+    const Where& h0 = hellos[0];
     if (h0.in_region == 0 || h0.out_region == 0) return false;
-    for (const Hello& h : hellos)
+    for (const Where& h : hellos)
       if (h.in_region != h0.in_region || h.out_region != h0.out_region) return false;
     return true;
   }
@@ -105,7 +66,7 @@ class Direct final : public Algorithm {
     ring->run(call, ctx);
   }
 
-  static void one_copy(const Call& call, transport::Mesh& mesh, const std::vector<Hello>& hellos) {
+  static void one_copy(const Call& call, transport::Mesh& mesh, const std::vector<Where>& hellos) {
     const int n = mesh.size();
     const int r = mesh.rank();
     const auto un = static_cast<std::size_t>(n);
@@ -157,16 +118,14 @@ class Direct final : public Algorithm {
 
     // Phase 2, once every slice is final (and no rank reads an input any more, which an
     // in-place rank is about to overwrite): copy the other slices from their owners.
-    const std::byte mark{1};
-    std::vector<std::byte> marks(un);
-    exchange(call, mesh, &mark, 1, marks.data());
+    detail::sync(call, mesh);
     for (int k = 1; k < n; ++k) {
       const auto p = static_cast<std::size_t>(detail::mod(r + k, n));
       const std::size_t bytes = (off[p + 1] - off[p]) * es;
       if (bytes != 0) std::memcpy(out + off[p] * es, outs[p] + off[p] * es, bytes);
     }
     // Nobody reads this rank's output after this: the caller may reuse it at once.
-    exchange(call, mesh, &mark, 1, marks.data());
+    detail::sync(call, mesh);
   }
 };
 

@@ -5,9 +5,9 @@
 // reuse its buffer at once). Only the root's buffer needs to be registered. Otherwise the call
 // runs as a ring after that one message, so every rank decides alike.
 
+#include "algorithms/direct.hpp"
+
 #include "algorithms/builtin.hpp"
-#include "algorithms/common.hpp"
-#include "transport/regions.hpp"
 
 #include <cstring>
 #include <vector>
@@ -34,7 +34,7 @@ class Direct final : public Algorithm {
     const int n = mesh.size();
     const int r = mesh.rank();
     const std::size_t bytes = call.out.bytes();
-    if (n == 1 || bytes == 0 || !all_shm(mesh)) return fallback(call, ctx);
+    if (n == 1 || bytes == 0 || !detail::all_shm(mesh)) return fallback(call, ctx);
     const auto& pool = *mesh.regions();
     Spot spot;
     if (r == call.root) {
@@ -76,13 +76,6 @@ class Direct final : public Algorithm {
   }
 
  private:
-  static bool all_shm(const transport::Mesh& mesh) noexcept {
-    if (!mesh.regions()) return false;
-    for (int p = 0; p < mesh.size(); ++p)
-      if (p != mesh.rank() && mesh.link(p) != transport::Link::shm) return false;
-    return true;
-  }
-
   static void fallback(const Call& call, Context& ctx) {
     const Algorithm* ring = Registry::builtin().find(CollectiveKind::broadcast, "ring");
     TANDEM_CHECK(ring != nullptr, "the ring broadcast is not registered");

@@ -76,7 +76,7 @@ TEST(Registry, HasEveryCollective) {
       {CollectiveKind::allreduce, {"ring", "recursive_doubling", "tree", "rabenseifner", "direct"}},
       {CollectiveKind::broadcast, {"tree", "ring", "direct"}},
       {CollectiveKind::reduce, {"tree", "ring"}},
-      {CollectiveKind::allgather, {"ring", "recursive_doubling", "bruck"}},
+      {CollectiveKind::allgather, {"ring", "recursive_doubling", "bruck", "direct"}},
       {CollectiveKind::allgatherv, {"ring"}},
       {CollectiveKind::reduce_scatter, {"ring", "recursive_halving"}},
       {CollectiveKind::alltoall, {"pairwise"}},
@@ -133,7 +133,8 @@ TEST(Selector, PicksBySize) {
   // Power-of-two-only algorithms fall back on other world sizes.
   EXPECT_EQ(pick(CollectiveKind::allgather, 1024, 4), "recursive_doubling");
   EXPECT_EQ(pick(CollectiveKind::allgather, 1020, 3), "bruck");
-  EXPECT_EQ(pick(CollectiveKind::allgather, 4 << 20, 4), "ring");
+  EXPECT_EQ(pick(CollectiveKind::allgather, 512 << 10, 4), "ring");
+  EXPECT_EQ(pick(CollectiveKind::allgather, 4 << 20, 4), "direct");
   EXPECT_EQ(pick(CollectiveKind::reduce_scatter, 1024, 8), "recursive_halving");
   EXPECT_EQ(pick(CollectiveKind::reduce_scatter, 1020, 6), "ring");
   EXPECT_EQ(pick(CollectiveKind::reduce_scatter, 4 << 20, 8), "ring");
