@@ -24,6 +24,7 @@ std::unique_ptr<Algorithm> make_allgather_direct();
 std::unique_ptr<Algorithm> make_allgatherv_ring();
 std::unique_ptr<Algorithm> make_reduce_scatter_ring();
 std::unique_ptr<Algorithm> make_reduce_scatter_recursive_halving();
+std::unique_ptr<Algorithm> make_reduce_scatter_direct();
 std::unique_ptr<Algorithm> make_alltoall_pairwise();
 std::unique_ptr<Algorithm> make_gather_linear();
 std::unique_ptr<Algorithm> make_gather_binomial();

@@ -32,16 +32,15 @@ constexpr std::size_t kReduceSmallBytes = 64u << 10;         // below: tree
 constexpr std::size_t kAllgatherSmallBytes = 64u << 10;      // result size; below: log-step ones
 constexpr std::size_t kAllgatherDirectBytes = 1u << 20;      // result size; from here: direct
 constexpr std::size_t kReduceScatterSmallBytes = 64u << 10;  // input size; below: recursive_halving
+constexpr std::size_t kReduceScatterDirectBytes = 1u << 20;  // input size; from here: direct
 constexpr std::size_t kGatherSmallBytes = 4u << 10;          // block size; below: binomial
 constexpr int kGatherBinomialMinWorld = 8;                   // fewer ranks: linear is as good
-static_assert(std::has_single_bit(kAllreduceSmallBytes) &&
-              std::has_single_bit(kAllreduceDirectBytes) &&
-              std::has_single_bit(kBroadcastDirectBytes) &&
-              std::has_single_bit(kAllgatherDirectBytes) &&
-              std::has_single_bit(kBroadcastSmallBytes) && std::has_single_bit(kReduceSmallBytes) &&
-              std::has_single_bit(kAllgatherSmallBytes) &&
-              std::has_single_bit(kReduceScatterSmallBytes) &&
-              std::has_single_bit(kGatherSmallBytes));
+static_assert(
+    std::has_single_bit(kAllreduceSmallBytes) && std::has_single_bit(kAllreduceDirectBytes) &&
+    std::has_single_bit(kBroadcastDirectBytes) && std::has_single_bit(kAllgatherDirectBytes) &&
+    std::has_single_bit(kReduceScatterDirectBytes) && std::has_single_bit(kBroadcastSmallBytes) &&
+    std::has_single_bit(kReduceSmallBytes) && std::has_single_bit(kAllgatherSmallBytes) &&
+    std::has_single_bit(kReduceScatterSmallBytes) && std::has_single_bit(kGatherSmallBytes));
 
 bool iequal(std::string_view a, std::string_view b) noexcept {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
@@ -101,6 +100,7 @@ Names preference(const Call& call, int world) noexcept {
       if (bytes >= kAllgatherDirectBytes) return Names(kDirectRingOnly);
       return bytes < kAllgatherSmallBytes ? Names(kSmallAllgather) : Names(kRing);
     case CollectiveKind::reduce_scatter:
+      if (bytes >= kReduceScatterDirectBytes) return Names(kDirectRingOnly);
       return bytes < kReduceScatterSmallBytes ? Names(kRhRing) : Names(kRing);
     case CollectiveKind::gather:
     case CollectiveKind::scatter:
@@ -134,6 +134,7 @@ const Registry& Registry::builtin() {
     r.add(make_allgatherv_ring());
     r.add(make_reduce_scatter_ring());
     r.add(make_reduce_scatter_recursive_halving());
+    r.add(make_reduce_scatter_direct());
     r.add(make_alltoall_pairwise());
     r.add(make_gather_linear());
     r.add(make_gather_binomial());

@@ -102,6 +102,29 @@ void check_allgather(Communicator& comm, void* in, void* out, DataType t, std::s
       << to_string(t) << " x " << count << (in == nullptr ? " in-place" : "") << " on rank " << r;
 }
 
+// Reduce-scatters `count` elements per rank from `in` (n blocks) into `out` (nullptr: in
+// place, block rank() of `in`).
+void check_reduce_scatter(Communicator& comm, void* in, void* out, DataType t, ReduceOp op,
+                          std::size_t count, std::uint32_t seed) {
+  const auto n = static_cast<std::size_t>(comm.size());
+  const auto r = static_cast<std::size_t>(comm.rank());
+  const std::size_t es = dtype_size(t);
+  Buffer input(t, count * n);
+  Buffer want(t, count);
+  for (std::size_t i = 0; i < count * n; ++i)
+    input.set(i, reduce_input(op, t, comm.rank(), i, seed));
+  for (std::size_t i = 0; i < count; ++i)
+    want.set(i, reduce_expected(op, t, comm.size(), r * count + i, seed));
+  if (count != 0) std::memcpy(in, input.data(), count * n * es);
+  void* dst = out != nullptr ? out : static_cast<std::byte*>(in) + r * count * es;
+  if (out != nullptr && count != 0) std::memset(out, 0xA5, count * es);
+  CallOptions o;
+  o.algorithm = "direct";
+  comm.reduce_scatter(BufferView::raw(in, count * n, t), BufferView::raw(dst, count, t), op, o);
+  EXPECT_EQ(difference(dst, want), "") << to_string(t) << " " << to_string(op) << " x " << count
+                                       << (out == nullptr ? " in-place" : "") << " on rank " << r;
+}
+
 TEST(Registered, AllocateSharesZeroedAlignedMemoryAndLeavesNoName) {
   const auto exits = testing::run_ranks(
       2,
@@ -240,6 +263,19 @@ TEST_P(RegisteredSweep, DirectMatchesReference) {
             check_allgather(*comm, rin, user_out.data(), t, n, ++seed);
           }
         }
+        // Reduce-scatter: every rank's input registered (in place too), or not on odd ranks.
+        for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{1031},
+                              std::size_t{60013}}) {
+          for (DataType t : {DataType::f32, DataType::i32, DataType::f64, DataType::bf16}) {
+            for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::min}) {
+              check_reduce_scatter(*comm, rin, rout, t, op, n, ++seed);
+              check_reduce_scatter(*comm, rin, nullptr, t, op, n, ++seed);
+              check_reduce_scatter(*comm,
+                                   ctx.rank % 2 == 0 ? static_cast<void*>(rin) : user_in.data(),
+                                   rout, t, op, n, ++seed);
+            }
+          }
+        }
         // The selector's own choice for large calls, registered and not.
         check_allreduce(*comm, rin, rout, DataType::f32, ReduceOp::avg, 1u << 19, ++seed, "");
         check_allreduce(*comm, user_in.data(), user_in.data(), DataType::f32, ReduceOp::sum,
@@ -247,6 +283,7 @@ TEST_P(RegisteredSweep, DirectMatchesReference) {
         EXPECT_EQ(comm->algorithm_for(CollectiveKind::allreduce, 4u << 20), "direct");
         EXPECT_EQ(comm->algorithm_for(CollectiveKind::broadcast, 4u << 20), "direct");
         EXPECT_EQ(comm->algorithm_for(CollectiveKind::allgather, 4u << 20), "direct");
+        EXPECT_EQ(comm->algorithm_for(CollectiveKind::reduce_scatter, 4u << 20), "direct");
         comm->barrier();
       },
       run_options("shm"));

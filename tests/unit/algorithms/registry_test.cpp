@@ -78,7 +78,7 @@ TEST(Registry, HasEveryCollective) {
       {CollectiveKind::reduce, {"tree", "ring"}},
       {CollectiveKind::allgather, {"ring", "recursive_doubling", "bruck", "direct"}},
       {CollectiveKind::allgatherv, {"ring"}},
-      {CollectiveKind::reduce_scatter, {"ring", "recursive_halving"}},
+      {CollectiveKind::reduce_scatter, {"ring", "recursive_halving", "direct"}},
       {CollectiveKind::alltoall, {"pairwise"}},
       {CollectiveKind::gather, {"linear", "binomial"}},
       {CollectiveKind::scatter, {"linear", "binomial"}},
@@ -137,7 +137,8 @@ TEST(Selector, PicksBySize) {
   EXPECT_EQ(pick(CollectiveKind::allgather, 4 << 20, 4), "direct");
   EXPECT_EQ(pick(CollectiveKind::reduce_scatter, 1024, 8), "recursive_halving");
   EXPECT_EQ(pick(CollectiveKind::reduce_scatter, 1020, 6), "ring");
-  EXPECT_EQ(pick(CollectiveKind::reduce_scatter, 4 << 20, 8), "ring");
+  EXPECT_EQ(pick(CollectiveKind::reduce_scatter, 512 << 10, 8), "ring");
+  EXPECT_EQ(pick(CollectiveKind::reduce_scatter, 4 << 20, 8), "direct");
   EXPECT_EQ(pick(CollectiveKind::gather, 64, 8), "binomial");
   EXPECT_EQ(pick(CollectiveKind::gather, 64, 4), "linear");
   EXPECT_EQ(pick(CollectiveKind::scatter, 1 << 20, 8), "linear");
