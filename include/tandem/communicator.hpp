@@ -17,6 +17,7 @@
 ///    that mismatched calls fail at once with Error(Mismatch) listing each rank's call.
 
 #include <tandem/error.hpp>
+#include <tandem/shared_buffer.hpp>
 #include <tandem/store.hpp>
 #include <tandem/types.hpp>
 #include <tandem/work.hpp>
@@ -171,6 +172,17 @@ class Communicator {
   // ---- barrier ------------------------------------------------------------------------------
   void barrier(const CallOptions& o = {});
   std::shared_ptr<Work> barrier_async(const CallOptions& o = {});
+
+  // ---- registered memory ----------------------------------------------------------------
+  /// Collective: every rank calls it in the same order with the same `bytes`. Returns
+  /// zero-filled memory that the same-host peers map too (SharedBuffer::shared()), or
+  /// private memory when this rank has no same-host peer over shared memory. Collectives
+  /// whose buffers lie in registered memory on every rank run one-copy: an allreduce reads
+  /// the peers' buffers directly instead of passing data through the transport. Throws
+  /// Error(InvalidArgument) when the ranks ask for different sizes, Error(Io) when /dev/shm
+  /// is too small, Error(Timeout)/Error(PeerLost) when a peer does not take part. Not
+  /// ordered with queued asynchronous work (it does not touch buffers in use).
+  SharedBuffer allocate(std::size_t bytes);
 
   /// Collective over this communicator: ranks with the same `color` form a new communicator,
   /// ordered by (key, rank). Returns nullptr for color < 0.

@@ -22,22 +22,29 @@ namespace {
 // `tandem-perf --tune` on 2 ranks over shared memory and TCP (README, "Tuning"); where the
 // measurements did not clearly disagree the textbook values stay, and a tuning file
 // (TANDEM_TUNING_FILE) refines them per machine. Each is a power of two: choices are cached
-// per size class (size_class()), which must not straddle a crossover.
+// per size class (size_class()), which must not straddle a crossover. From the *DirectBytes
+// up, "direct" asks whether the buffers are registered (one small message) and runs one-copy
+// when they are, as a ring otherwise (allreduce/direct.cpp).
 constexpr std::size_t kAllreduceSmallBytes = 16u << 10;      // below: recursive_doubling
+constexpr std::size_t kAllreduceDirectBytes = 1u << 20;      // from here: direct
 constexpr std::size_t kBroadcastSmallBytes = 64u << 10;      // below: tree
+constexpr std::size_t kBroadcastDirectBytes = 1u << 20;      // from here: direct
 constexpr std::size_t kReduceSmallBytes = 64u << 10;         // below: tree
 constexpr std::size_t kAllgatherSmallBytes = 64u << 10;      // result size; below: log-step ones
+constexpr std::size_t kAllgatherDirectBytes = 1u << 20;      // result size; from here: direct
 constexpr std::size_t kReduceScatterSmallBytes = 64u << 10;  // input size; below: recursive_halving
+constexpr std::size_t kReduceScatterDirectBytes = 1u << 20;  // input size; from here: direct
 constexpr std::size_t kGatherSmallBytes = 4u << 10;          // block size; below: binomial
 constexpr int kGatherBinomialMinWorld = 8;                   // fewer ranks: linear is as good
 // On 2 ranks reduce's ring (an exchange of halves, then a send to the root) lost to tree
 // (one send) at every size from 64 KiB to 16 MiB, by 1.3-4x, over shared memory and TCP.
 constexpr int kReduceTreeOnlyMaxWorld = 2;
-static_assert(std::has_single_bit(kAllreduceSmallBytes) &&
-              std::has_single_bit(kBroadcastSmallBytes) && std::has_single_bit(kReduceSmallBytes) &&
-              std::has_single_bit(kAllgatherSmallBytes) &&
-              std::has_single_bit(kReduceScatterSmallBytes) &&
-              std::has_single_bit(kGatherSmallBytes));
+static_assert(
+    std::has_single_bit(kAllreduceSmallBytes) && std::has_single_bit(kAllreduceDirectBytes) &&
+    std::has_single_bit(kBroadcastDirectBytes) && std::has_single_bit(kAllgatherDirectBytes) &&
+    std::has_single_bit(kReduceScatterDirectBytes) && std::has_single_bit(kBroadcastSmallBytes) &&
+    std::has_single_bit(kReduceSmallBytes) && std::has_single_bit(kAllgatherSmallBytes) &&
+    std::has_single_bit(kReduceScatterSmallBytes) && std::has_single_bit(kGatherSmallBytes));
 
 bool iequal(std::string_view a, std::string_view b) noexcept {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
@@ -70,10 +77,13 @@ using Names = std::span<const std::string_view>;
 constexpr std::string_view kRdRing[] = {"recursive_doubling", "ring"};
 constexpr std::string_view kRingRab[] = {"ring", "rabenseifner"};
 constexpr std::string_view kHierRing[] = {"hierarchical", "ring", "rabenseifner"};
+constexpr std::string_view kDirectRing[] = {"direct", "ring", "rabenseifner"};
 constexpr std::string_view kTreeRing[] = {"tree", "ring"};
 constexpr std::string_view kRingTree[] = {"ring", "tree"};
+constexpr std::string_view kDirectRingTree[] = {"direct", "ring", "tree"};
 constexpr std::string_view kSmallAllgather[] = {"recursive_doubling", "bruck", "ring"};
 constexpr std::string_view kRing[] = {"ring"};
+constexpr std::string_view kDirectRingOnly[] = {"direct", "ring"};
 constexpr std::string_view kRhRing[] = {"recursive_halving", "ring"};
 constexpr std::string_view kBinomialLinear[] = {"binomial", "linear"};
 constexpr std::string_view kLinear[] = {"linear"};
@@ -87,16 +97,19 @@ Names preference(const Call& call, int world) noexcept {
       if (bytes < kAllreduceSmallBytes) return Names(kRdRing);
       // Across hosts the links between them are the bottleneck: keep traffic inside a host
       // where there is a host to keep it in (hierarchical supports() only such layouts).
-      return call.hosts != nullptr && call.hosts->spans_hosts() ? Names(kHierRing)
-                                                                : Names(kRingRab);
+      if (call.hosts != nullptr && call.hosts->spans_hosts()) return Names(kHierRing);
+      return bytes >= kAllreduceDirectBytes ? Names(kDirectRing) : Names(kRingRab);
     case CollectiveKind::broadcast:
+      if (bytes >= kBroadcastDirectBytes) return Names(kDirectRingTree);
       return bytes < kBroadcastSmallBytes ? Names(kTreeRing) : Names(kRingTree);
     case CollectiveKind::reduce:
       return bytes < kReduceSmallBytes || world <= kReduceTreeOnlyMaxWorld ? Names(kTreeRing)
                                                                            : Names(kRingTree);
     case CollectiveKind::allgather:
+      if (bytes >= kAllgatherDirectBytes) return Names(kDirectRingOnly);
       return bytes < kAllgatherSmallBytes ? Names(kSmallAllgather) : Names(kRing);
     case CollectiveKind::reduce_scatter:
+      if (bytes >= kReduceScatterDirectBytes) return Names(kDirectRingOnly);
       return bytes < kReduceScatterSmallBytes ? Names(kRhRing) : Names(kRing);
     case CollectiveKind::gather:
     case CollectiveKind::scatter:
@@ -118,16 +131,20 @@ const Registry& Registry::builtin() {
     r.add(make_allreduce_tree());
     r.add(make_allreduce_rabenseifner());
     r.add(make_allreduce_hierarchical());
+    r.add(make_allreduce_direct());
     r.add(make_broadcast_tree());
     r.add(make_broadcast_ring());
+    r.add(make_broadcast_direct());
     r.add(make_reduce_tree());
     r.add(make_reduce_ring());
     r.add(make_allgather_ring());
     r.add(make_allgather_recursive_doubling());
     r.add(make_allgather_bruck());
+    r.add(make_allgather_direct());
     r.add(make_allgatherv_ring());
     r.add(make_reduce_scatter_ring());
     r.add(make_reduce_scatter_recursive_halving());
+    r.add(make_reduce_scatter_direct());
     r.add(make_alltoall_pairwise());
     r.add(make_gather_linear());
     r.add(make_gather_binomial());

@@ -197,6 +197,7 @@ void watch_peers(Communicator::Impl& impl, std::string lost_key,
                  "status (a crash, the OOM killer, a signal)",
                  store->get(key, deadline_in(std::chrono::seconds(10))));
   };
+  impl.check_peers = mesh_opts.check_peers;
 }
 
 }  // namespace

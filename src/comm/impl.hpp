@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -95,6 +96,8 @@ struct Communicator::Impl {
   /// it was split from) disconnects without closing its communicator: setup waits watch it.
   std::string lost_key;
   bool registered_lost = false;  ///< this communicator asked the store to set lost_key
+  /// Throws PeerLost once lost_key is set (store waits after setup: allocate()).
+  std::function<void()> check_peers;
   /// from_env on rank 0: the store server, kept alive as long as the communicator.
   /// Declared before the mesh so that it is destroyed after it.
   std::unique_ptr<store::TcpStoreServer> server;

@@ -1,6 +1,11 @@
 #pragma once
 // Zero-initialised host memory aligned to 64 bytes (a cache line; what vector kernels and
 // the transports' copies like best). Never null, also for 0 bytes, so views of it are valid.
+// Bucket memory comes from the communicator's registered pool instead (every rank lays out
+// the same buckets in the same order), so that a bucket allreduce runs one-copy.
+
+#include <tandem/communicator.hpp>
+#include <tandem/shared_buffer.hpp>
 
 #include <cstddef>
 #include <cstdlib>
@@ -23,7 +28,19 @@ class AlignedBuffer {
     std::memset(data_.get(), 0, rounded ? rounded : kAlignment);
   }
 
-  std::byte* data() const noexcept { return data_.get(); }
+  /// Collective over `comm` when it has peers (Communicator::allocate); private otherwise.
+  AlignedBuffer(std::size_t bytes, Communicator& comm) {
+    if (comm.size() == 1) {
+      *this = AlignedBuffer(bytes);
+      return;
+    }
+    bytes_ = bytes;
+    shared_ = comm.allocate(bytes);
+  }
+
+  std::byte* data() const noexcept {
+    return shared_ ? static_cast<std::byte*>(shared_.data()) : data_.get();
+  }
   std::size_t bytes() const noexcept { return bytes_; }
 
  private:
@@ -31,6 +48,7 @@ class AlignedBuffer {
     void operator()(std::byte* p) const noexcept { std::free(p); }
   };
   std::unique_ptr<std::byte, Free> data_;
+  SharedBuffer shared_;
   std::size_t bytes_ = 0;
 };
 

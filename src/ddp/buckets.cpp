@@ -80,7 +80,7 @@ void Reducer::Impl::build_buckets(const std::vector<std::vector<std::size_t>>& a
       bucket_of[i] = b;
       slot_of[i] = j;
     }
-    k.buffer = AlignedBuffer(k.count * dtype_size(k.dtype));
+    k.buffer = AlignedBuffer(k.count * dtype_size(k.dtype), *comm);
     k.pending = k.params.size();
     buckets.push_back(std::move(k));
   }

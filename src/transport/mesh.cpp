@@ -4,6 +4,7 @@
 #include "transport/control.hpp"
 #include "transport/endpoint.hpp"
 #include "transport/futex.hpp"
+#include "transport/regions.hpp"
 #include "transport/shm/context.hpp"
 #include "transport/tcp/context.hpp"
 #include "transport/tcp/wire.hpp"
@@ -65,7 +66,11 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
     active_.push_back(ep.get());
     endpoints_[static_cast<std::size_t>(peer)] = std::move(ep);
   }
-  void adopt_shm(std::unique_ptr<shm::Context> ctx) { shm_ = std::move(ctx); }
+  void adopt_shm(std::unique_ptr<shm::Context> ctx, std::vector<int> local) {
+    shm_ = std::move(ctx);
+    regions_ = std::make_shared<RegionPool>(rank_, std::move(local));
+  }
+  const std::shared_ptr<RegionPool>& regions() const noexcept override { return regions_; }
   PeerFailureHandler& failures() noexcept { return *this; }
 
   int rank() const noexcept override { return rank_; }
@@ -470,6 +475,7 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
   std::vector<std::unique_ptr<Endpoint>> endpoints_;
   std::vector<Endpoint*> active_;
   std::unique_ptr<shm::Context> shm_;
+  std::shared_ptr<RegionPool> regions_;
   std::vector<pollfd> pfds_;
   std::span<Request* const> waiting_;  ///< what the current wait()/test() waits for
   Clock::time_point next_control_check_{};
@@ -596,7 +602,7 @@ std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
                   : tcp.make_endpoint(p, std::move(s.data), mesh->failures());
     mesh->attach(p, Control(std::move(s.control)), std::move(ep));
   }
-  if (shm) mesh->adopt_shm(std::move(shm));
+  if (shm) mesh->adopt_shm(std::move(shm), local);
   testing::setup_step("connected");
   TANDEM_INFO(init,
               "rank {}/{} connected in {:.1f} ms: shm to [{}], tcp to [{}] ({} stream(s) each), "

@@ -38,6 +38,8 @@ class Store;
 
 namespace tandem::transport {
 
+class RegionPool;
+
 enum class RequestKind : std::uint8_t {
   send,         ///< send `bytes` from `src`
   recv,         ///< receive `bytes` into `dst`
@@ -138,6 +140,14 @@ class Mesh {
   virtual std::exception_ptr error() const noexcept = 0;
   /// Tells every peer that this rank leaves normally, then closes. Never throws.
   virtual void close() noexcept = 0;
+
+  /// Registered memory shared with the peers reached through shm (transport/regions.hpp), or
+  /// nullptr when there are none: then nothing is registered and algorithms use messages.
+  /// It outlives the mesh while buffers allocated from it live.
+  virtual const std::shared_ptr<RegionPool>& regions() const noexcept {
+    static const std::shared_ptr<RegionPool> none;
+    return none;
+  }
 };
 
 /// Options of a Mesh, normally filled from TANDEM_* settings by the communicator.

@@ -174,6 +174,24 @@ TEST(TandemPerf, NoCheckLeavesWrongColumnsOpen) {
       << run.result.out;
 }
 
+TEST(TandemPerf, RegisteredBuffersCheckCorrectAndRunDirect) {
+  for (const char* coll : {"allreduce", "broadcast"}) {
+    const auto run = run_perf(
+        3, {"-c", coll, "--registered", "-b", "4K", "-e", "4M", "-f", "32", "-n", "2", "-w", "1"});
+    EXPECT_EQ(run.result.exit_code, 0) << run.result.out << run.result.err;
+    EXPECT_TRUE(has_comment(run, "#  Buffers: registered (Communicator::allocate)"))
+        << run.result.out;
+    ASSERT_EQ(run.rows.size(), 3u) << run.result.out;  // 4K, 128K, 4M
+    for (const PerfRow& r : run.rows) {
+      EXPECT_EQ(r.wrong_out, "0") << coll << " " << r.bytes;
+      EXPECT_EQ(r.wrong_in, "0") << coll << " " << r.bytes;
+      if (r.bytes >= (1u << 20)) {
+        EXPECT_EQ(r.algorithm, "direct") << coll << " " << r.bytes;
+      }
+    }
+  }
+}
+
 TEST(TandemrunExamples, MinimalAllreduceOnThreeRanks) {
   const std::string example = TANDEM_BINARY_DIR "/bin/minimal_allreduce";
   if (::access(example.c_str(), X_OK) != 0) GTEST_SKIP() << example << " is not built";

@@ -117,6 +117,9 @@ ParseResult parse_command_line(int argc, char** argv, bool print) {
   app.add_flag("--check,!--no-check", o.check,
                "Verify one iteration per size against a locally computed result")
       ->capture_default_str();
+  app.add_flag("--registered", o.registered,
+               "Use registered buffers (Communicator::allocate): one-copy collectives where the "
+               "ranks share a host");
   app.add_option("--json", o.json_path, "Also write every row to this JSON file (rank 0)")
       ->type_name("FILE");
   double margin_percent = o.tune_margin * 100;

@@ -36,6 +36,7 @@ struct PerfOptions {
   int warmup = 5;
   std::string algorithm;  ///< empty: the selector's choice
   bool check = true;
+  bool registered = false;  ///< buffers from Communicator::allocate (one-copy collectives)
   std::string json_path;
   bool in_place = true;  ///< also measure in place (where the collective has it)
   /// --tune: time every applicable algorithm per power-of-two size, write a tuning file.

@@ -111,6 +111,7 @@ void Report::header() const {
                    options_.algorithm.empty()
                        ? "chosen per size by the selector (last column)"
                        : fmt::format("{} (forced with -a)", options_.algorithm));
+  if (options_.registered) s += "#  Buffers: registered (Communicator::allocate)\n";
   s += "#\n";
   s += fmt::format("# {:>10}  {:>12}  {:>6}  {:>6}  {:>4}  {:^43}  {:^43}\n", "", "", "", "", "",
                    "out-of-place", "in-place");

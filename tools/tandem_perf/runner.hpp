@@ -80,7 +80,10 @@ class Runner {
   CallOptions call_;
   int rank_, world_;
   std::size_t capacity_ = 0;
-  std::unique_ptr<std::byte[], FreeDeleter> a_, b_;
+  std::unique_ptr<std::byte[], FreeDeleter> a_own_, b_own_;
+  SharedBuffer a_reg_, b_reg_;  ///< --registered
+  std::byte* a_ = nullptr;
+  std::byte* b_ = nullptr;
 };
 
 }  // namespace tandem::tools::perf

@@ -75,12 +75,12 @@ ErrorCode code_of(const std::function<void()>& f) {
 TEST(Registry, HasEveryCollective) {
   const std::pair<CollectiveKind, std::vector<std::string>> expected[] = {
       {CollectiveKind::allreduce,
-       {"ring", "recursive_doubling", "tree", "rabenseifner", "hierarchical"}},
-      {CollectiveKind::broadcast, {"tree", "ring"}},
+       {"ring", "recursive_doubling", "tree", "rabenseifner", "hierarchical", "direct"}},
+      {CollectiveKind::broadcast, {"tree", "ring", "direct"}},
       {CollectiveKind::reduce, {"tree", "ring"}},
-      {CollectiveKind::allgather, {"ring", "recursive_doubling", "bruck"}},
+      {CollectiveKind::allgather, {"ring", "recursive_doubling", "bruck", "direct"}},
       {CollectiveKind::allgatherv, {"ring"}},
-      {CollectiveKind::reduce_scatter, {"ring", "recursive_halving"}},
+      {CollectiveKind::reduce_scatter, {"ring", "recursive_halving", "direct"}},
       {CollectiveKind::alltoall, {"pairwise"}},
       {CollectiveKind::gather, {"linear", "binomial"}},
       {CollectiveKind::scatter, {"linear", "binomial"}},
@@ -123,19 +123,25 @@ TEST(Selector, PicksBySize) {
   EXPECT_EQ(pick(CollectiveKind::allreduce, 8, 4), "recursive_doubling");
   EXPECT_EQ(pick(CollectiveKind::allreduce, 16 * 1024 - 4, 4), "recursive_doubling");
   EXPECT_EQ(pick(CollectiveKind::allreduce, 16 * 1024, 4), "ring");
-  EXPECT_EQ(pick(CollectiveKind::allreduce, 64 << 20, 3), "ring");
+  EXPECT_EQ(pick(CollectiveKind::allreduce, 1024 * 1024 - 4, 3), "ring");
+  // From 1 MiB: one-copy when the buffers are registered everywhere, else a ring inside.
+  EXPECT_EQ(pick(CollectiveKind::allreduce, 1024 * 1024, 3), "direct");
+  EXPECT_EQ(pick(CollectiveKind::allreduce, 64 << 20, 3), "direct");
   EXPECT_EQ(pick(CollectiveKind::broadcast, 1024, 5), "tree");
-  EXPECT_EQ(pick(CollectiveKind::broadcast, 1 << 20, 5), "ring");
+  EXPECT_EQ(pick(CollectiveKind::broadcast, (1 << 20) - 4, 5), "ring");
+  EXPECT_EQ(pick(CollectiveKind::broadcast, 1 << 20, 5), "direct");
   EXPECT_EQ(pick(CollectiveKind::reduce, 1024, 5), "tree");
   EXPECT_EQ(pick(CollectiveKind::reduce, 1 << 20, 5), "ring");
   EXPECT_EQ(pick(CollectiveKind::reduce, 64 << 20, 2), "tree");  // measured: tree on 2 ranks
   // Power-of-two-only algorithms fall back on other world sizes.
   EXPECT_EQ(pick(CollectiveKind::allgather, 1024, 4), "recursive_doubling");
   EXPECT_EQ(pick(CollectiveKind::allgather, 1020, 3), "bruck");
-  EXPECT_EQ(pick(CollectiveKind::allgather, 4 << 20, 4), "ring");
+  EXPECT_EQ(pick(CollectiveKind::allgather, 512 << 10, 4), "ring");
+  EXPECT_EQ(pick(CollectiveKind::allgather, 4 << 20, 4), "direct");
   EXPECT_EQ(pick(CollectiveKind::reduce_scatter, 1024, 8), "recursive_halving");
   EXPECT_EQ(pick(CollectiveKind::reduce_scatter, 1020, 6), "ring");
-  EXPECT_EQ(pick(CollectiveKind::reduce_scatter, 4 << 20, 8), "ring");
+  EXPECT_EQ(pick(CollectiveKind::reduce_scatter, 512 << 10, 8), "ring");
+  EXPECT_EQ(pick(CollectiveKind::reduce_scatter, 4 << 20, 8), "direct");
   EXPECT_EQ(pick(CollectiveKind::gather, 64, 8), "binomial");
   EXPECT_EQ(pick(CollectiveKind::gather, 64, 4), "linear");
   EXPECT_EQ(pick(CollectiveKind::scatter, 1 << 20, 8), "linear");

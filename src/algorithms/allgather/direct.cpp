@@ -1,0 +1,68 @@
+// One-copy allgather over registered buffers (Communicator::allocate): when every rank is
+// reached through shared memory and every rank's input lies in the same registered buffer
+// (any offset; in place included), the ranks tell each other where (24 bytes each way), every
+// rank copies every peer's block straight out of that peer's input into its own output, and
+// a last sync keeps the inputs untouched until every rank has read them. Otherwise the call
+// runs as the ring after that exchange, so every rank decides alike.
+
+#include "algorithms/direct.hpp"
+
+#include "algorithms/builtin.hpp"
+
+#include <cstring>
+#include <vector>
+
+namespace tandem::algorithms {
+namespace {
+
+class Direct final : public Algorithm {
+ public:
+  std::string_view name() const noexcept override { return "direct"; }
+  CollectiveKind kind() const noexcept override { return CollectiveKind::allgather; }
+  bool supports(const Call&, int) const noexcept override { return true; }
+
+  void run(const Call& call, Context& ctx) const override {
+    transport::Mesh& mesh = ctx.mesh;
+    const std::size_t bytes = call.in.bytes();
+    if (mesh.size() == 1 || bytes == 0 || !detail::all_shm(mesh)) return fallback(call, ctx);
+    const int n = mesh.size();
+    const int r = mesh.rank();
+    const auto un = static_cast<std::size_t>(n);
+    const transport::RegionSpot in = detail::spot_of(mesh, call.in.data, bytes);
+    const detail::Where self{in.region, 0, in.offset, 0};
+    std::vector<detail::Where> where(un);
+    detail::exchange(call, mesh, &self, sizeof self, reinterpret_cast<std::byte*>(where.data()));
+    where[static_cast<std::size_t>(r)] = self;
+    for (const detail::Where& w : where)
+      if (w.in_region == 0 || w.in_region != self.in_region) return fallback(call, ctx);
+    std::byte* out = detail::ptr(call.out.data);
+    detail::copy_bytes(out + static_cast<std::size_t>(r) * bytes, call.in.data, bytes);
+    const auto& pool = *mesh.regions();
+    for (int k = 1; k < n; ++k) {
+      const auto p = static_cast<std::size_t>(detail::mod(r + k, n));
+      const void* src =
+          pool.peer_view(static_cast<int>(p),
+                         transport::RegionSpot{where[p].in_region, where[p].in_offset}, bytes);
+      TANDEM_CHECK(src != nullptr, "rank {}'s registered buffer #{} is not mapped here", p,
+                   where[p].in_region);
+      std::memcpy(out + p * bytes, src, bytes);
+    }
+    // Every rank has read every input: the callers may overwrite them once this returns.
+    detail::sync(call, mesh);
+  }
+
+ private:
+  static void fallback(const Call& call, Context& ctx) {
+    const Algorithm* ring = Registry::builtin().find(CollectiveKind::allgather, "ring");
+    TANDEM_CHECK(ring != nullptr, "the ring allgather is not registered");
+    ring->run(call, ctx);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Algorithm> detail::make_allgather_direct() {
+  return std::make_unique<Direct>();
+}
+
+}  // namespace tandem::algorithms

@@ -1,0 +1,89 @@
+// One-copy reduce-scatter over registered buffers (Communicator::allocate): when every rank
+// is reached through shared memory and every rank's input lies in the same registered buffer
+// (any offset; in place included), the ranks tell each other where (24 bytes each way), each
+// rank reduces its own block straight from every rank's input, in cache-sized chunks, into
+// its output, and a last sync keeps the inputs untouched until every rank has read them.
+// Otherwise the call runs as the ring after that exchange, so every rank decides alike.
+
+#include "algorithms/direct.hpp"
+
+#include "algorithms/builtin.hpp"
+#include "core/reduce.hpp"
+
+#include <vector>
+
+namespace tandem::algorithms {
+namespace {
+
+constexpr std::size_t kChunkBytes = 64u << 10;  // as the direct allreduce
+
+class Direct final : public Algorithm {
+ public:
+  std::string_view name() const noexcept override { return "direct"; }
+  CollectiveKind kind() const noexcept override { return CollectiveKind::reduce_scatter; }
+  bool supports(const Call&, int) const noexcept override { return true; }
+
+  void run(const Call& call, Context& ctx) const override {
+    transport::Mesh& mesh = ctx.mesh;
+    const std::size_t count = call.out.count;
+    if (mesh.size() == 1 || count == 0 || !detail::all_shm(mesh)) return fallback(call, ctx);
+    const int n = mesh.size();
+    const int r = mesh.rank();
+    const auto un = static_cast<std::size_t>(n);
+    const DataType dt = call.out.dtype;
+    const std::size_t es = dtype_size(dt);
+    const std::size_t in_bytes = call.in.bytes();
+    const transport::RegionSpot in = detail::spot_of(mesh, call.in.data, in_bytes);
+    const detail::Where self{in.region, 0, in.offset, 0};
+    std::vector<detail::Where> where(un);
+    detail::exchange(call, mesh, &self, sizeof self, reinterpret_cast<std::byte*>(where.data()));
+    where[static_cast<std::size_t>(r)] = self;
+    for (const detail::Where& w : where)
+      if (w.in_region == 0 || w.in_region != self.in_region) return fallback(call, ctx);
+
+    const auto& pool = *mesh.regions();
+    std::vector<const std::byte*> ins(un);
+    for (std::size_t p = 0; p < un; ++p) {
+      ins[p] = p == static_cast<std::size_t>(r)
+                   ? detail::ptr(static_cast<const void*>(call.in.data))
+                   : detail::ptr(pool.peer_view(
+                         static_cast<int>(p),
+                         transport::RegionSpot{where[p].in_region, where[p].in_offset}, in_bytes));
+      TANDEM_CHECK(ins[p] != nullptr, "rank {}'s registered buffer #{} is not mapped here", p,
+                   where[p].in_region);
+    }
+    // Block r of every input, this rank's own first: in place, the output is that block.
+    const ReduceOp op = detail::wire_op(call.op);
+    const std::size_t base = static_cast<std::size_t>(r) * count;
+    std::byte* out = detail::ptr(call.out.data);
+    const std::size_t step = std::max<std::size_t>(1, kChunkBytes / es);
+    for (std::size_t c = 0; c < count; c += step) {
+      const std::size_t m = std::min(step, count - c);
+      std::byte* dst = out + c * es;
+      const std::byte* prev = ins[static_cast<std::size_t>(r)] + (base + c) * es;
+      for (int k = 1; k < n; ++k) {
+        const auto p = static_cast<std::size_t>(detail::mod(r + k, n));
+        core::reduce(dst, prev, ins[p] + (base + c) * es, m, dt, op);
+        prev = dst;
+      }
+      if (call.op == ReduceOp::avg) core::divide(dst, m, dt, n);
+    }
+    // Every rank has read every input: the callers may overwrite them once this returns.
+    detail::sync(call, mesh);
+  }
+
+ private:
+  static void fallback(const Call& call, Context& ctx) {
+    const Algorithm* ring = Registry::builtin().find(CollectiveKind::reduce_scatter, "ring");
+    TANDEM_CHECK(ring != nullptr, "the ring reduce-scatter is not registered");
+    ring->run(call, ctx);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Algorithm> detail::make_reduce_scatter_direct() {
+  return std::make_unique<Direct>();
+}
+
+}  // namespace tandem::algorithms
