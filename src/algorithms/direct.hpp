@@ -53,6 +53,14 @@ inline void exchange(const Call& call, transport::Mesh& mesh, const void* src, s
   wait_all(mesh, {&batch}, call.deadline);
 }
 
+/// Runs `call` as the built-in ring of its collective: what a direct algorithm does when the
+/// buffers are not registered on every rank or a peer is not reached through shared memory.
+inline void run_ring(const Call& call, Context& ctx) {
+  const Algorithm* ring = Registry::builtin().find(call.kind, "ring");
+  TANDEM_CHECK(ring != nullptr, "the ring {} is not registered", to_string(call.kind));
+  ring->run(call, ctx);
+}
+
 /// One byte to and from every peer: nobody passes it before every rank reached it.
 inline void sync(const Call& call, transport::Mesh& mesh) {
   const std::byte mark{1};

@@ -24,7 +24,8 @@ class Direct final : public Algorithm {
   void run(const Call& call, Context& ctx) const override {
     transport::Mesh& mesh = ctx.mesh;
     const std::size_t bytes = call.in.bytes();
-    if (mesh.size() == 1 || bytes == 0 || !detail::all_shm(mesh)) return fallback(call, ctx);
+    if (mesh.size() == 1 || bytes == 0 || !detail::all_shm(mesh))
+      return detail::run_ring(call, ctx);
     const int n = mesh.size();
     const int r = mesh.rank();
     const auto un = static_cast<std::size_t>(n);
@@ -34,7 +35,7 @@ class Direct final : public Algorithm {
     detail::exchange(call, mesh, &self, sizeof self, reinterpret_cast<std::byte*>(where.data()));
     where[static_cast<std::size_t>(r)] = self;
     for (const detail::Where& w : where)
-      if (w.in_region == 0 || w.in_region != self.in_region) return fallback(call, ctx);
+      if (w.in_region == 0 || w.in_region != self.in_region) return detail::run_ring(call, ctx);
     std::byte* out = detail::ptr(call.out.data);
     detail::copy_bytes(out + static_cast<std::size_t>(r) * bytes, call.in.data, bytes);
     const auto& pool = *mesh.regions();
@@ -49,13 +50,6 @@ class Direct final : public Algorithm {
     }
     // Every rank has read every input: the callers may overwrite them once this returns.
     detail::sync(call, mesh);
-  }
-
- private:
-  static void fallback(const Call& call, Context& ctx) {
-    const Algorithm* ring = Registry::builtin().find(CollectiveKind::allgather, "ring");
-    TANDEM_CHECK(ring != nullptr, "the ring allgather is not registered");
-    ring->run(call, ctx);
   }
 };
 

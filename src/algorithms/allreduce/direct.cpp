@@ -39,7 +39,7 @@ class Direct final : public Algorithm {
   void run(const Call& call, Context& ctx) const override {
     transport::Mesh& mesh = ctx.mesh;
     if (call.out.count == 0) return;
-    if (!detail::all_shm(mesh)) return fallback(call, ctx);
+    if (!detail::all_shm(mesh)) return detail::run_ring(call, ctx);
     const auto un = static_cast<std::size_t>(mesh.size());
     const RegionSpot in = detail::spot_of(mesh, call.in.data, call.in.bytes());
     const RegionSpot out = detail::spot_of(mesh, call.out.data, call.out.bytes());
@@ -47,7 +47,7 @@ class Direct final : public Algorithm {
     std::vector<Where> hellos(un);
     detail::exchange(call, mesh, &self, sizeof(Where), reinterpret_cast<std::byte*>(hellos.data()));
     hellos[static_cast<std::size_t>(mesh.rank())] = self;
-    if (!registered_everywhere(hellos)) return fallback(call, ctx);
+    if (!registered_everywhere(hellos)) return detail::run_ring(call, ctx);
     one_copy(call, mesh, hellos);
   }
 
@@ -58,12 +58,6 @@ class Direct final : public Algorithm {
     for (const Where& h : hellos)
       if (h.in_region != h0.in_region || h.out_region != h0.out_region) return false;
     return true;
-  }
-
-  static void fallback(const Call& call, Context& ctx) {
-    const Algorithm* ring = Registry::builtin().find(CollectiveKind::allreduce, "ring");
-    TANDEM_CHECK(ring != nullptr, "the ring allreduce is not registered");
-    ring->run(call, ctx);
   }
 
   static void one_copy(const Call& call, transport::Mesh& mesh, const std::vector<Where>& hellos) {

@@ -34,7 +34,7 @@ class Direct final : public Algorithm {
     const int n = mesh.size();
     const int r = mesh.rank();
     const std::size_t bytes = call.out.bytes();
-    if (n == 1 || bytes == 0 || !detail::all_shm(mesh)) return fallback(call, ctx);
+    if (n == 1 || bytes == 0 || !detail::all_shm(mesh)) return detail::run_ring(call, ctx);
     const auto& pool = *mesh.regions();
     Spot spot;
     if (r == call.root) {
@@ -47,7 +47,7 @@ class Direct final : public Algorithm {
       for (int p = 0; p < n; ++p)
         if (p != r) hellos.post(transport::Request::make_send(p, call.tag, &spot, sizeof spot));
       detail::wait_all(mesh, {&hellos}, call.deadline);
-      if (spot.region == 0) return fallback(call, ctx);
+      if (spot.region == 0) return detail::run_ring(call, ctx);
       detail::copy_bytes(call.out.data, call.in.data, bytes);
       // Every rank read the source: the caller may overwrite it once this returns.
       std::vector<std::byte> marks(static_cast<std::size_t>(n));
@@ -62,7 +62,7 @@ class Direct final : public Algorithm {
     auto hello = transport::Request::make_recv(call.root, call.tag, &spot, sizeof spot);
     mesh.post(hello);
     mesh.wait(hello, call.deadline);
-    if (spot.region == 0) return fallback(call, ctx);
+    if (spot.region == 0) return detail::run_ring(call, ctx);
     const void* src =
         pool.peer_view(call.root, transport::RegionSpot{spot.region, spot.offset}, bytes);
     TANDEM_CHECK(src != nullptr && spot.bytes == bytes,
@@ -73,13 +73,6 @@ class Direct final : public Algorithm {
     auto done = transport::Request::make_send(call.root, call.tag, &mark, 1);
     mesh.post(done);
     mesh.wait(done, call.deadline);
-  }
-
- private:
-  static void fallback(const Call& call, Context& ctx) {
-    const Algorithm* ring = Registry::builtin().find(CollectiveKind::broadcast, "ring");
-    TANDEM_CHECK(ring != nullptr, "the ring broadcast is not registered");
-    ring->run(call, ctx);
   }
 };
 

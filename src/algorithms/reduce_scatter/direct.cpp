@@ -26,7 +26,8 @@ class Direct final : public Algorithm {
   void run(const Call& call, Context& ctx) const override {
     transport::Mesh& mesh = ctx.mesh;
     const std::size_t count = call.out.count;
-    if (mesh.size() == 1 || count == 0 || !detail::all_shm(mesh)) return fallback(call, ctx);
+    if (mesh.size() == 1 || count == 0 || !detail::all_shm(mesh))
+      return detail::run_ring(call, ctx);
     const int n = mesh.size();
     const int r = mesh.rank();
     const auto un = static_cast<std::size_t>(n);
@@ -39,7 +40,7 @@ class Direct final : public Algorithm {
     detail::exchange(call, mesh, &self, sizeof self, reinterpret_cast<std::byte*>(where.data()));
     where[static_cast<std::size_t>(r)] = self;
     for (const detail::Where& w : where)
-      if (w.in_region == 0 || w.in_region != self.in_region) return fallback(call, ctx);
+      if (w.in_region == 0 || w.in_region != self.in_region) return detail::run_ring(call, ctx);
 
     const auto& pool = *mesh.regions();
     std::vector<const std::byte*> ins(un);
@@ -70,13 +71,6 @@ class Direct final : public Algorithm {
     }
     // Every rank has read every input: the callers may overwrite them once this returns.
     detail::sync(call, mesh);
-  }
-
- private:
-  static void fallback(const Call& call, Context& ctx) {
-    const Algorithm* ring = Registry::builtin().find(CollectiveKind::reduce_scatter, "ring");
-    TANDEM_CHECK(ring != nullptr, "the ring reduce-scatter is not registered");
-    ring->run(call, ctx);
   }
 };
 

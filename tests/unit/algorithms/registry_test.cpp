@@ -205,13 +205,15 @@ TEST(Selector, HierarchicalAllreduceAcrossHostsWithSeveralRanksEach) {
   EXPECT_EQ(with(two_by_two, 16 << 10), "hierarchical");
   // Small messages are latency-bound: the flat log-step algorithm.
   EXPECT_EQ(with(two_by_two, 8), "recursive_doubling");
-  // Nothing to keep inside a host, hosts of different sizes, or one host: the flat ring.
+  // Nothing to keep inside a host, or hosts of different sizes: the flat ring. One host: the
+  // one-host choice (ring, and from 1 MiB direct, which is one-copy on registered buffers).
   EXPECT_EQ(with(one_each, 1 << 20), "ring");
   EXPECT_EQ(with(uneven, 1 << 20), "ring");
-  EXPECT_EQ(with(one_host, 1 << 20), "ring");
+  EXPECT_EQ(with(one_host, 256 << 10), "ring");
+  EXPECT_EQ(with(one_host, 1 << 20), "direct");
   EXPECT_EQ(with(uneven, 1 << 20, "hierarchical"), "ring");
   EXPECT_EQ(with(two_by_two, 8, "hierarchical"), "hierarchical");
-  EXPECT_EQ(pick(CollectiveKind::allreduce, 1 << 20, 4), "ring");  // no layout: one host
+  EXPECT_EQ(pick(CollectiveKind::allreduce, 1 << 20, 4), "direct");  // no layout: one host
 }
 
 TEST(Selector, AllgathervNeedsCountsPerRank) {
