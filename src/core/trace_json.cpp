@@ -216,7 +216,9 @@ std::vector<std::filesystem::path> find_parts(const std::filesystem::path& file)
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (!name.starts_with(base) || !name.ends_with(".json")) continue;
+    // The merged file itself (and anything shorter than "<base>.json") is not a part.
+    if (name.size() < base.size() + 5 || !name.starts_with(base) || !name.ends_with(".json"))
+      continue;
     std::string_view rest = std::string_view(name).substr(base.size());
     rest.remove_suffix(5);
     int order = 0;

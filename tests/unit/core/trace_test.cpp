@@ -178,6 +178,23 @@ TEST(TraceRing, AnOpenEventIsWrittenAsUnfinishedUntilClosed) {
   EXPECT_NEAR(events[0].at("dur").get<double>(), 7.0, 1e-9);
 }
 
+TEST(TraceMerge, TheMergedFileItselfIsNotAPart) {
+  testing::TempDir dir;
+  // A name longer than any short-string buffer: reading past its end is caught by ASan.
+  const auto file = dir / "a-timeline-with-a-name-longer-than-thirty-two-bytes.json";
+  std::ofstream(file) << "{}";  // merged by an earlier run
+  std::ofstream(dir / "json") << "";
+  std::ofstream(dir / ".json") << "";
+  EXPECT_TRUE(find_parts(file).empty());
+  {
+    Sink sink(file, 10);
+    sink.set_rank(0);
+    auto ring = sink.open(0, "collectives");
+    record(*ring, 0, Clock::now());
+  }
+  EXPECT_EQ(find_parts(file).size(), 1u);
+}
+
 TEST(TraceMerge, JoinsEveryRanksPartAndRemovesThem) {
   testing::TempDir dir;
   const auto file = dir / "job.json";
