@@ -16,16 +16,9 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-BUILD_DIR=${BUILD_DIR:-$repo/build}
+# shellcheck source=bench/lib.sh
+. "$repo/bench/lib.sh"
 OUT=${OUT:-$BUILD_DIR/bench-gloo}
-MIN=${MIN:-8}
-MAX=${MAX:-128M}
-FACTOR=${FACTOR:-4}
-ITERS=${ITERS:-20}
-WARMUP=${WARMUP:-5}
-NP=${NP:-2}
-COLLECTIVES=${COLLECTIVES:-"allreduce broadcast allgather"}
-RUN_TIMEOUT=${RUN_TIMEOUT:-900}
 OP_TIMEOUT=${OP_TIMEOUT:-60}
 CXX=${CXX:-g++}
 if [ -z "${WITH_TANDEM:-}" ]; then
@@ -34,14 +27,7 @@ if [ -z "${WITH_TANDEM:-}" ]; then
 fi
 
 if [ ! -f /usr/include/gloo/allreduce.h ] || [ ! -e /usr/lib/libgloo.so ]; then
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "run.sh: Gloo is missing; run as root, or: sudo apt-get install -y libgloo-dev" >&2
-    exit 1
-  fi
-  echo "run.sh: installing libgloo-dev"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q
-  apt-get install -y -q --no-install-recommends libgloo-dev
+  install_packages Gloo libgloo-dev
 fi
 
 mkdir -p "$OUT"

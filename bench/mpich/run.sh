@@ -22,28 +22,14 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-BUILD_DIR=${BUILD_DIR:-$repo/build}
+# shellcheck source=bench/lib.sh
+. "$repo/bench/lib.sh"
 OUT=${OUT:-$BUILD_DIR/bench-mpich}
-MIN=${MIN:-8}
-MAX=${MAX:-128M}
-FACTOR=${FACTOR:-4}
-ITERS=${ITERS:-20}
-WARMUP=${WARMUP:-5}
-NP=${NP:-2}
-COLLECTIVES=${COLLECTIVES:-"allreduce broadcast allgather"}
 MPI_ALGOS=${MPI_ALGOS:-default}
-RUN_TIMEOUT=${RUN_TIMEOUT:-900}
 export UCX_TLS=${MPICH_UCX_TLS:-sm,self}
 
 if ! command -v mpicc.mpich >/dev/null || ! command -v mpirun.mpich >/dev/null; then
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "run.sh: MPICH is missing; run as root, or: sudo apt-get install -y mpich libmpich-dev" >&2
-    exit 1
-  fi
-  echo "run.sh: installing mpich libmpich-dev"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q
-  apt-get install -y -q --no-install-recommends mpich libmpich-dev
+  install_packages MPICH mpich libmpich-dev
 fi
 
 mkdir -p "$OUT"

@@ -18,29 +18,15 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-BUILD_DIR=${BUILD_DIR:-$repo/build}
-MIN=${MIN:-8}
-MAX=${MAX:-128M}
-FACTOR=${FACTOR:-4}
-ITERS=${ITERS:-20}
-WARMUP=${WARMUP:-5}
-NP=${NP:-2}
-COLLECTIVES=${COLLECTIVES:-"allreduce broadcast allgather"}
+# shellcheck source=bench/lib.sh
+. "$repo/bench/lib.sh"
 OUT=${OUT:-$BUILD_DIR/bench-openmpi}
 MPI_ALGOS=${MPI_ALGOS:-default}
 WITH_TANDEM=${WITH_TANDEM:-1}
-RUN_TIMEOUT=${RUN_TIMEOUT:-900}
 
 # Open MPI's own names: with MPICH installed too, plain mpicc/mpirun may be MPICH's.
 if ! command -v mpicc.openmpi >/dev/null || ! command -v mpirun.openmpi >/dev/null; then
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "run.sh: Open MPI is missing; run as root, or: sudo apt-get install -y openmpi-bin libopenmpi-dev" >&2
-    exit 1
-  fi
-  echo "run.sh: installing openmpi-bin libopenmpi-dev"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q
-  apt-get install -y -q --no-install-recommends openmpi-bin libopenmpi-dev
+  install_packages "Open MPI" openmpi-bin libopenmpi-dev
 fi
 for b in tandemrun tandem-perf; do
   if [ "$WITH_TANDEM" = 1 ] && [ ! -x "$BUILD_DIR/bin/$b" ]; then

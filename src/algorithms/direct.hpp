@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace tandem::algorithms::detail {
@@ -51,6 +52,35 @@ inline void exchange(const Call& call, transport::Mesh& mesh, const void* src, s
   for (int k = 1; k < n; ++k)
     batch.post(transport::Request::make_send(mod(r + k, n), call.tag, src, bytes));
   wait_all(mesh, {&batch}, call.deadline);
+}
+
+/// Rank `peer`'s registered memory at (`region`, `offset`), `bytes` long, as mapped here.
+/// Throws Error(Internal) when it is not: every rank maps every peer's regions.
+inline const std::byte* peer_buffer(const transport::Mesh& mesh, int peer, std::uint32_t region,
+                                    std::uint64_t offset, std::size_t bytes) {
+  const void* v = mesh.regions()->peer_view(peer, transport::RegionSpot{region, offset}, bytes);
+  TANDEM_CHECK(v != nullptr, "rank {}'s registered buffer #{} is not mapped here", peer, region);
+  return static_cast<const std::byte*>(v);
+}
+
+/// Tells every rank where this rank's input (and, with `with_out`, its output) lies and
+/// learns where theirs do: every rank's Where, indexed by rank, when all of them lie in the
+/// same registered regions, else nullopt. Every rank gets the same answer from the same
+/// facts, so all run one-copy or all run the ring.
+inline std::optional<std::vector<Where>> exchange_regions(const Call& call, transport::Mesh& mesh,
+                                                          bool with_out) {
+  const transport::RegionSpot in = spot_of(mesh, call.in.data, call.in.bytes());
+  const transport::RegionSpot out =
+      with_out ? spot_of(mesh, call.out.data, call.out.bytes()) : transport::RegionSpot{};
+  const Where self{in.region, out.region, in.offset, out.offset};
+  std::vector<Where> where(static_cast<std::size_t>(mesh.size()));
+  exchange(call, mesh, &self, sizeof self, reinterpret_cast<std::byte*>(where.data()));
+  where[static_cast<std::size_t>(mesh.rank())] = self;
+  for (const Where& w : where) {
+    if (w.in_region == 0 || w.in_region != self.in_region) return std::nullopt;
+    if (with_out && (w.out_region == 0 || w.out_region != self.out_region)) return std::nullopt;
+  }
+  return where;
 }
 
 /// Runs `call` as the built-in ring of its collective: what a direct algorithm does when the

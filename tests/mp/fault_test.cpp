@@ -40,26 +40,8 @@ TEST_P(Fault, RankKilledMidAllreduceFailsEverySurvivorWithPeerLost) {
         std::vector<float> v(n, 1.0f);
         auto view = BufferView::of(std::span<float>(v));
         comm->barrier();
-        if (ctx.rank == 1) {
-          auto w = comm->allreduce_async(view, view, ReduceOp::sum);
-          const std::vector<std::string> keys{"entered/0", "entered/2"};
-          store->wait(keys);
-          ::raise(SIGKILL);
-        }
-        store->set(fmt::format("entered/{}", ctx.rank), "1");
-        const auto start = Clock::now();
-        try {
-          comm->allreduce(view, ReduceOp::sum);
-          ADD_FAILURE() << "allreduce succeeded although rank 1 was killed";
-        } catch (const Error& e) {
-          const double took = seconds_since(start);
-          EXPECT_EQ(e.code(), ErrorCode::PeerLost) << e.what();
-          EXPECT_TRUE(contains(e.message(), "rank 1")) << e.what();
-          EXPECT_TRUE(contains(e.message(), "allreduce #1")) << e.what();
-          EXPECT_LT(took, 15.0) << e.what();
-          std::printf("[ %s ] rank %d: PeerLost after %.3f s: %s\n", transport.c_str(), ctx.rank,
-                      took, e.message().c_str());
-        }
+        const std::string lost = allreduce_while_rank_dies(*comm, *store, view, 1, transport);
+        EXPECT_TRUE(contains(lost, "allreduce #1")) << lost;
         EXPECT_TRUE(comm->poisoned());
         EXPECT_NE(comm->error(), nullptr);
         // Later operations fail at once, with the same code, naming the original failure.

@@ -113,26 +113,8 @@ TEST(HierarchicalFault, RankKilledOnTheOtherHostFailsEverySurvivorWithPeerLost) 
         std::vector<float> v(n, 1.0f);
         auto view = BufferView::of(std::span<float>(v));
         comm->barrier();
-        if (ctx.rank == 3) {
-          auto w = comm->allreduce_async(view, view, ReduceOp::sum);
-          const std::vector<std::string> keys{"entered/0", "entered/1", "entered/2"};
-          store->wait(keys);
-          ::raise(SIGKILL);
-        }
-        store->set(fmt::format("entered/{}", ctx.rank), "1");
-        const auto start = Clock::now();
-        try {
-          comm->allreduce(view, ReduceOp::sum);
-          ADD_FAILURE() << "allreduce succeeded although rank 3 was killed";
-        } catch (const Error& e) {
-          const double took = std::chrono::duration<double>(Clock::now() - start).count();
-          EXPECT_EQ(e.code(), ErrorCode::PeerLost) << e.what();
-          EXPECT_NE(e.message().find("rank 3"), std::string::npos) << e.what();
-          EXPECT_NE(e.message().find("hierarchical"), std::string::npos) << e.what();
-          EXPECT_LT(took, 15.0) << e.what();  // never-hang bound; TANDEM_TIMEOUT is 60 s
-          std::printf("[ hierarchical ] rank %d: PeerLost after %.3f s: %s\n", ctx.rank, took,
-                      e.message().c_str());
-        }
+        const std::string lost = allreduce_while_rank_dies(*comm, *store, view, 3, "hierarchical");
+        EXPECT_NE(lost.find("hierarchical"), std::string::npos) << lost;
         EXPECT_TRUE(comm->poisoned());
       },
       run_options("shm"));

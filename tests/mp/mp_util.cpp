@@ -2,14 +2,18 @@
 
 #include "algorithms/algorithm.hpp"
 
+#include <tandem/error.hpp>
 #include <tandem/half.hpp>
 #include <tandem/log.hpp>
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <signal.h>
 
 namespace tandem::mptest {
 
@@ -27,6 +31,35 @@ std::shared_ptr<Communicator> connect(const testing::RankContext& ctx, CommOptio
   // The rank inherited the test process's logger, configured before its environment was.
   log::reload_from_env();
   return Communicator::create(ctx.store(), ctx.rank, ctx.size, std::move(options));
+}
+
+std::string allreduce_while_rank_dies(Communicator& comm, store::Store& store, BufferView view,
+                                      int victim, std::string_view label) {
+  const int rank = comm.rank();
+  if (rank == victim) {
+    auto work = comm.allreduce_async(view, view, ReduceOp::sum);
+    std::vector<std::string> entered;
+    for (int r = 0; r < comm.size(); ++r)
+      if (r != victim) entered.push_back(fmt::format("entered/{}", r));
+    store.wait(entered);
+    ::raise(SIGKILL);
+  }
+  store.set(fmt::format("entered/{}", rank), "1");
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    comm.allreduce(view, ReduceOp::sum);
+  } catch (const Error& e) {
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(e.code(), ErrorCode::PeerLost) << e.what();
+    EXPECT_NE(e.message().find(fmt::format("rank {}", victim)), std::string::npos) << e.what();
+    EXPECT_LT(took, 15.0) << e.what();  // never-hang bound; run_options' TANDEM_TIMEOUT is 60 s
+    std::printf("[ %.*s ] rank %d: PeerLost after %.3f s: %s\n", static_cast<int>(label.size()),
+                label.data(), rank, took, e.message().c_str());
+    return e.message();
+  }
+  ADD_FAILURE() << "allreduce succeeded although rank " << victim << " was killed";
+  return {};
 }
 
 void Buffer::Free::operator()(std::uint64_t* p) const {

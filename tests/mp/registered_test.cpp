@@ -306,22 +306,7 @@ TEST(Registered, RankKilledMidDirectAllreduceGivesPeerLostAndLeavesNoSegment) {
         auto buf = comm->allocate(n * sizeof(float));
         auto view = buf.view(DataType::f32);
         comm->barrier();
-        if (ctx.rank == 1) {
-          auto w = comm->allreduce_async(view, view, ReduceOp::sum);
-          const std::vector<std::string> keys{"entered/0", "entered/2"};
-          store->wait(keys);
-          ::raise(SIGKILL);
-        }
-        store->set(fmt::format("entered/{}", ctx.rank), "1");
-        const auto start = Clock::now();
-        try {
-          comm->allreduce(view, ReduceOp::sum);
-          ADD_FAILURE() << "allreduce succeeded although rank 1 was killed";
-        } catch (const Error& e) {
-          EXPECT_EQ(e.code(), ErrorCode::PeerLost) << e.what();
-          EXPECT_TRUE(contains(e.message(), "rank 1")) << e.what();
-          EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 15.0);
-        }
+        allreduce_while_rank_dies(*comm, *store, view, 1, "direct");
         EXPECT_TRUE(comm->poisoned());
         // Nothing of any rank, the killed one included, is left in /dev/shm.
         const int killed = std::stoi(store->get("pid/1"));

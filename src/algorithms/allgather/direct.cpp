@@ -28,25 +28,15 @@ class Direct final : public Algorithm {
       return detail::run_ring(call, ctx);
     const int n = mesh.size();
     const int r = mesh.rank();
-    const auto un = static_cast<std::size_t>(n);
-    const transport::RegionSpot in = detail::spot_of(mesh, call.in.data, bytes);
-    const detail::Where self{in.region, 0, in.offset, 0};
-    std::vector<detail::Where> where(un);
-    detail::exchange(call, mesh, &self, sizeof self, reinterpret_cast<std::byte*>(where.data()));
-    where[static_cast<std::size_t>(r)] = self;
-    for (const detail::Where& w : where)
-      if (w.in_region == 0 || w.in_region != self.in_region) return detail::run_ring(call, ctx);
+    const auto where = detail::exchange_regions(call, mesh, false);
+    if (!where) return detail::run_ring(call, ctx);
     std::byte* out = detail::ptr(call.out.data);
     detail::copy_bytes(out + static_cast<std::size_t>(r) * bytes, call.in.data, bytes);
-    const auto& pool = *mesh.regions();
     for (int k = 1; k < n; ++k) {
-      const auto p = static_cast<std::size_t>(detail::mod(r + k, n));
-      const void* src =
-          pool.peer_view(static_cast<int>(p),
-                         transport::RegionSpot{where[p].in_region, where[p].in_offset}, bytes);
-      TANDEM_CHECK(src != nullptr, "rank {}'s registered buffer #{} is not mapped here", p,
-                   where[p].in_region);
-      std::memcpy(out + p * bytes, src, bytes);
+      const int p = detail::mod(r + k, n);
+      const detail::Where& w = (*where)[static_cast<std::size_t>(p)];
+      std::memcpy(out + static_cast<std::size_t>(p) * bytes,
+                  detail::peer_buffer(mesh, p, w.in_region, w.in_offset, bytes), bytes);
     }
     // Every rank has read every input: the callers may overwrite them once this returns.
     detail::sync(call, mesh);

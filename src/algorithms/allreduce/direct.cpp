@@ -24,7 +24,6 @@ namespace tandem::algorithms {
 namespace {
 
 using detail::Where;
-using transport::RegionSpot;
 
 // Reduction chunk: the peers' inputs of one chunk and its output stay in L2 while the
 // n - 1 passes over it run.
@@ -40,26 +39,12 @@ class Direct final : public Algorithm {
     transport::Mesh& mesh = ctx.mesh;
     if (call.out.count == 0) return;
     if (!detail::all_shm(mesh)) return detail::run_ring(call, ctx);
-    const auto un = static_cast<std::size_t>(mesh.size());
-    const RegionSpot in = detail::spot_of(mesh, call.in.data, call.in.bytes());
-    const RegionSpot out = detail::spot_of(mesh, call.out.data, call.out.bytes());
-    const Where self{in.region, out.region, in.offset, out.offset};
-    std::vector<Where> hellos(un);
-    detail::exchange(call, mesh, &self, sizeof(Where), reinterpret_cast<std::byte*>(hellos.data()));
-    hellos[static_cast<std::size_t>(mesh.rank())] = self;
-    if (!registered_everywhere(hellos)) return detail::run_ring(call, ctx);
-    one_copy(call, mesh, hellos);
+    const auto where = detail::exchange_regions(call, mesh, true);
+    if (!where) return detail::run_ring(call, ctx);
+    one_copy(call, mesh, *where);
   }
 
  private:
-  static bool registered_everywhere(const std::vector<Where>& hellos) noexcept {
-    const Where& h0 = hellos[0];
-    if (h0.in_region == 0 || h0.out_region == 0) return false;
-    for (const Where& h : hellos)
-      if (h.in_region != h0.in_region || h.out_region != h0.out_region) return false;
-    return true;
-  }
-
   static void one_copy(const Call& call, transport::Mesh& mesh, const std::vector<Where>& hellos) {
     const int n = mesh.size();
     const int r = mesh.rank();
@@ -68,7 +53,6 @@ class Direct final : public Algorithm {
     const std::size_t es = dtype_size(dt);
     const ReduceOp op = detail::wire_op(call.op);
     const auto off = detail::even_offsets(call.out.count, n);
-    const auto& pool = *mesh.regions();
     const std::size_t total = call.out.bytes();
 
     // Every rank's input and output as mapped here (its own: the call's buffers).
@@ -81,14 +65,9 @@ class Direct final : public Algorithm {
         outs[up] = detail::ptr(static_cast<const void*>(call.out.data));
         continue;
       }
-      ins[up] = detail::ptr(
-          pool.peer_view(p, RegionSpot{hellos[up].in_region, hellos[up].in_offset}, total));
-      outs[up] = detail::ptr(
-          pool.peer_view(p, RegionSpot{hellos[up].out_region, hellos[up].out_offset}, total));
-      // Same regions on every rank, each live where it is used: this rank maps all of them.
-      TANDEM_CHECK(ins[up] != nullptr && outs[up] != nullptr,
-                   "registered buffer of rank {} (regions {}/{}) is not mapped here", p,
-                   hellos[up].in_region, hellos[up].out_region);
+      const detail::Where& w = hellos[up];
+      ins[up] = detail::peer_buffer(mesh, p, w.in_region, w.in_offset, total);
+      outs[up] = detail::peer_buffer(mesh, p, w.out_region, w.out_offset, total);
     }
 
     // Phase 1: this rank's slice from every rank's input, its own first: in place, the

@@ -34,24 +34,14 @@ class Direct final : public Algorithm {
     const DataType dt = call.out.dtype;
     const std::size_t es = dtype_size(dt);
     const std::size_t in_bytes = call.in.bytes();
-    const transport::RegionSpot in = detail::spot_of(mesh, call.in.data, in_bytes);
-    const detail::Where self{in.region, 0, in.offset, 0};
-    std::vector<detail::Where> where(un);
-    detail::exchange(call, mesh, &self, sizeof self, reinterpret_cast<std::byte*>(where.data()));
-    where[static_cast<std::size_t>(r)] = self;
-    for (const detail::Where& w : where)
-      if (w.in_region == 0 || w.in_region != self.in_region) return detail::run_ring(call, ctx);
-
-    const auto& pool = *mesh.regions();
+    const auto where = detail::exchange_regions(call, mesh, false);
+    if (!where) return detail::run_ring(call, ctx);
     std::vector<const std::byte*> ins(un);
-    for (std::size_t p = 0; p < un; ++p) {
-      ins[p] = p == static_cast<std::size_t>(r)
-                   ? detail::ptr(static_cast<const void*>(call.in.data))
-                   : detail::ptr(pool.peer_view(
-                         static_cast<int>(p),
-                         transport::RegionSpot{where[p].in_region, where[p].in_offset}, in_bytes));
-      TANDEM_CHECK(ins[p] != nullptr, "rank {}'s registered buffer #{} is not mapped here", p,
-                   where[p].in_region);
+    for (int p = 0; p < n; ++p) {
+      const detail::Where& w = (*where)[static_cast<std::size_t>(p)];
+      ins[static_cast<std::size_t>(p)] =
+          p == r ? detail::ptr(static_cast<const void*>(call.in.data))
+                 : detail::peer_buffer(mesh, p, w.in_region, w.in_offset, in_bytes);
     }
     // Block r of every input, this rank's own first: in place, the output is that block.
     const ReduceOp op = detail::wire_op(call.op);

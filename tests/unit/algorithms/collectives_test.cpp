@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <mutex>
 #include <optional>
+#include <ostream>
 #include <random>
 #include <set>
 #include <string>
@@ -332,6 +333,11 @@ struct Param {
   std::string algorithm;
   int world;
 };
+
+// What ctest shows beside each case's name (instead of the parameter's raw bytes).
+void PrintTo(const Param& p, std::ostream* os) {
+  *os << to_string(p.kind) << ' ' << p.algorithm << " on " << p.world << " ranks";
+}
 
 std::vector<Param> all_params() {
   const CollectiveKind kinds[] = {
