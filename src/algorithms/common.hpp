@@ -2,6 +2,7 @@
 // Small helpers shared by the algorithm files: block partitions, chunking, request batches.
 
 #include "algorithms/algorithm.hpp"
+#include "core/copy.hpp"
 #include "transport/mesh.hpp"
 
 #include <tandem/error.hpp>
@@ -46,9 +47,15 @@ inline const std::byte* ptr(const void* p) noexcept {
   return static_cast<const std::byte*>(p);
 }
 
-/// memcpy that tolerates dst == src and empty ranges.
+/// memmove that skips dst == src and empty ranges; distinct ranges of at least the
+/// last-level cache size are written with streaming stores (core/copy.hpp).
 inline void copy_bytes(void* dst, const void* src, std::size_t bytes) noexcept {
-  if (bytes != 0 && dst != src) std::memmove(dst, src, bytes);
+  if (bytes == 0 || dst == src) return;
+  const auto d = reinterpret_cast<std::uintptr_t>(dst);
+  const auto s = reinterpret_cast<std::uintptr_t>(src);
+  if (core::streams(bytes) && (d + bytes <= s || s + bytes <= d))
+    return core::copy(dst, src, bytes, true);
+  std::memmove(dst, src, bytes);
 }
 
 /// Elements per pipelining chunk (at least one).
@@ -123,11 +130,14 @@ class Batch {
   void wait(std::size_t i, Deadline deadline) { mesh_.wait(reqs_[i], deadline); }
 
  private:
-  friend void wait_all(transport::Mesh&, std::initializer_list<Batch*>, Deadline);
+  friend std::vector<Request*> posted(std::initializer_list<Batch*> batches);
   transport::Mesh& mesh_;
   std::vector<Request> reqs_;  // never resized: posted requests must not move
   std::size_t next_ = 0;
 };
+
+/// The posted requests of the batches.
+std::vector<Request*> posted(std::initializer_list<Batch*> batches);
 
 /// Waits for every request of the batches (all must have been posted).
 void wait_all(transport::Mesh& mesh, std::initializer_list<Batch*> batches, Deadline deadline);

@@ -60,6 +60,11 @@ std::size_t chunk_bytes_from_settings() {
   return static_cast<std::size_t>(chunk / 64 * 64);
 }
 
+// Process-wide: every communicator of the process reads the same environment.
+void stream_threshold_from_settings() {
+  core::set_stream_threshold(static_cast<std::size_t>(settings::get_bytes("TANDEM_STREAM_BYTES")));
+}
+
 // Ranks with this rank's host_id, in rank order, are its host's ranks.
 void find_local(Communicator::Impl& impl) {
   const std::string& mine = impl.mesh->peer_info(impl.rank).host_id;
@@ -240,6 +245,7 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
   impl->is_world = is_world;
   impl->timeout = timeout_from(options);
   impl->chunk_bytes = chunk_bytes_from_settings();
+  stream_threshold_from_settings();
   impl->verify_calls = log::enabled(log::Level::detail, log::Subsys::coll);
   const auto& reg = algorithms::Registry::builtin();
   if (options.algorithm) {

@@ -3,6 +3,7 @@
 // independent reference, in-place and out-of-place, ranks that register only some buffers
 // (the call must fall back, not fail), a rank killed mid-allreduce, and /dev/shm left clean.
 
+#include "core/reduce.hpp"
 #include "mp_util.hpp"
 
 #include <tandem/error.hpp>
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <dirent.h>
+#include <ostream>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -199,18 +201,30 @@ TEST(Registered, PrivateMemoryWithoutSharedMemoryStillWorks) {
   testing::expect_all_ok(exits);
 }
 
-using Config = int;
+struct Config {
+  int world = 2;
+  bool stream = false;  ///< TANDEM_STREAM_BYTES=256: every copy and reduction from 256 B streams
+};
+
+void PrintTo(const Config& c, std::ostream* os) {
+  *os << "world " << c.world << (c.stream ? ", streaming stores" : "");
+}
 
 class RegisteredSweep : public ::testing::TestWithParam<Config> {};
 
 // Every dtype x op x count, out-of-place and in-place, on buffers registered at a different
 // offset on every rank; then the same calls on mixed buffers (registered on some ranks only).
+// With `stream`, the streaming-store paths (copies into the destination, the shared-memory
+// receive, the direct algorithms' reads of peers) run from 256-byte calls up.
 TEST_P(RegisteredSweep, DirectMatchesReference) {
-  const int world = GetParam();
+  const int world = GetParam().world;
   const auto exits = testing::run_ranks(
       world,
       [&](const testing::RankContext& ctx) {
         auto comm = connect(ctx);
+        if (GetParam().stream) {
+          ASSERT_EQ(core::stream_threshold(), 256u);
+        }
         const std::size_t counts[] = {0, 1, 2, 3, 7, 13, 1031, 65537, 300007};
         const std::size_t max_bytes = 300007 * 8 + 4096;
         auto in = comm->allocate(max_bytes);
@@ -286,13 +300,17 @@ TEST_P(RegisteredSweep, DirectMatchesReference) {
         EXPECT_EQ(comm->algorithm_for(CollectiveKind::reduce_scatter, 4u << 20), "direct");
         comm->barrier();
       },
-      run_options("shm"));
+      run_options("shm", GetParam().stream ? std::vector<std::string>{"TANDEM_STREAM_BYTES=256"}
+                                           : std::vector<std::string>{}));
   testing::expect_all_ok(exits);
 }
 
-INSTANTIATE_TEST_SUITE_P(Worlds, RegisteredSweep, ::testing::Values(2, 3, 4, 5),
+INSTANTIATE_TEST_SUITE_P(Worlds, RegisteredSweep,
+                         ::testing::Values(Config{2}, Config{3}, Config{4}, Config{5},
+                                           Config{3, true}),
                          [](const ::testing::TestParamInfo<Config>& p) {
-                           return fmt::format("world{}", p.param);
+                           return fmt::format("world{}{}", p.param.world,
+                                              p.param.stream ? "_streaming" : "");
                          });
 
 TEST(Registered, RankKilledMidDirectAllreduceGivesPeerLostAndLeavesNoSegment) {

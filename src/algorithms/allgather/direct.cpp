@@ -9,7 +9,6 @@
 
 #include "algorithms/builtin.hpp"
 
-#include <cstring>
 #include <vector>
 
 namespace tandem::algorithms {
@@ -32,11 +31,12 @@ class Direct final : public Algorithm {
     if (!where) return detail::run_ring(call, ctx);
     std::byte* out = detail::ptr(call.out.data);
     detail::copy_bytes(out + static_cast<std::size_t>(r) * bytes, call.in.data, bytes);
+    const bool stream = core::streams(call.out.bytes());
     for (int k = 1; k < n; ++k) {
       const int p = detail::mod(r + k, n);
       const detail::Where& w = (*where)[static_cast<std::size_t>(p)];
-      std::memcpy(out + static_cast<std::size_t>(p) * bytes,
-                  detail::peer_buffer(mesh, p, w.in_region, w.in_offset, bytes), bytes);
+      core::copy(out + static_cast<std::size_t>(p) * bytes,
+                 detail::peer_buffer(mesh, p, w.in_region, w.in_offset, bytes), bytes, stream);
     }
     // Every rank has read every input: the callers may overwrite them once this returns.
     detail::sync(call, mesh);

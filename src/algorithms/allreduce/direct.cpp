@@ -17,7 +17,6 @@
 #include "algorithms/common.hpp"
 #include "core/reduce.hpp"
 
-#include <cstring>
 #include <vector>
 
 namespace tandem::algorithms {
@@ -92,10 +91,11 @@ class Direct final : public Algorithm {
     // Phase 2, once every slice is final (and no rank reads an input any more, which an
     // in-place rank is about to overwrite): copy the other slices from their owners.
     detail::sync(call, mesh);
+    const bool stream = core::streams(call.out.bytes());
     for (int k = 1; k < n; ++k) {
       const auto p = static_cast<std::size_t>(detail::mod(r + k, n));
       const std::size_t bytes = (off[p + 1] - off[p]) * es;
-      if (bytes != 0) std::memcpy(out + off[p] * es, outs[p] + off[p] * es, bytes);
+      core::copy(out + off[p] * es, outs[p] + off[p] * es, bytes, stream);
     }
     // Nobody reads this rank's output after this: the caller may reuse it at once.
     detail::sync(call, mesh);

@@ -9,7 +9,6 @@
 
 #include "algorithms/builtin.hpp"
 
-#include <cstring>
 #include <vector>
 
 namespace tandem::algorithms {
@@ -68,7 +67,7 @@ class Direct final : public Algorithm {
     TANDEM_CHECK(src != nullptr && spot.bytes == bytes,
                  "rank {}'s registered buffer #{} (offset {}, {} bytes) is not mapped here",
                  call.root, spot.region, spot.offset, bytes);
-    std::memcpy(call.out.data, src, bytes);
+    core::copy(call.out.data, src, bytes, core::streams(bytes));
     const std::byte mark{1};
     auto done = transport::Request::make_send(call.root, call.tag, &mark, 1);
     mesh.post(done);

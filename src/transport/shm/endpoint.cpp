@@ -1,5 +1,6 @@
 #include "transport/shm/endpoint.hpp"
 
+#include "core/copy.hpp"
 #include "core/reduce.hpp"
 #include "transport/futex.hpp"
 
@@ -74,7 +75,9 @@ bool Endpoint::progress_recvs() {
       const std::byte* data = inline_msg ? s->payload : ChannelView::data(s);
       auto* dst = static_cast<std::byte*>(r->dst) + r->done;
       if (r->kind == RequestKind::recv) {
-        if (chunk != 0) std::memcpy(dst, data, chunk);
+        // A message larger than the last-level cache evicts its own first chunks: write it
+        // straight to memory rather than read every destination line first.
+        core::copy(dst, data, chunk, core::streams(r->bytes));
       } else {
         const std::size_t es = dtype_size(r->dtype);
         core::reduce(dst, static_cast<const std::byte*>(r->src) + r->done, data, chunk / es,

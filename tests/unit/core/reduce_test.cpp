@@ -3,6 +3,8 @@
 
 #include "core/reduce.hpp"
 
+#include "unit/core/targets.hpp"
+
 #include <tandem/half.hpp>
 #include <tandem/types.hpp>
 
@@ -27,22 +29,6 @@ constexpr std::size_t kCounts[] = {0, 1, 2, 3, 7, 15, 16, 17, 31, 63, 64, 65, 12
 constexpr std::uint8_t kGuard = 0xA5;
 
 enum class Alias { none, dst_is_a, dst_is_b };
-
-// Runs `body` once per instruction set that was compiled and that this CPU supports.
-template <class Body>
-void for_each_target(Body body) {
-  const auto targets = hwy::SupportedAndGeneratedTargets();
-  ASSERT_FALSE(targets.empty());
-  for (const std::int64_t t : targets) {
-    hwy::SetSupportedTargetsForTest(t);
-    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
-    SCOPED_TRACE(hwy::TargetName(t));
-    ASSERT_STREQ(kernel_target(), hwy::TargetName(t));
-    body();
-  }
-  hwy::SetSupportedTargetsForTest(0);
-  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
-}
 
 // ---- independent scalar reference ------------------------------------------------------
 
@@ -351,14 +337,6 @@ TEST(Reduce, ScalarPathMatchesVectorKernelsBitForBit) {
     }
   });
 }
-
-// Sets the streaming threshold for one scope.
-struct StreamThreshold {
-  explicit StreamThreshold(std::size_t bytes) { set_stream_threshold(bytes); }
-  ~StreamThreshold() { set_stream_threshold(0); }
-  StreamThreshold(const StreamThreshold&) = delete;
-  StreamThreshold& operator=(const StreamThreshold&) = delete;
-};
 
 TEST(Reduce, StreamingStoresEveryTypeOpAlignmentAndAlias) {
   // A threshold of 256 bytes sends every out-of-place output from 256 bytes up through the

@@ -161,6 +161,7 @@ TEST(Settings, DeclaresExactlyTheDocumentedNamesTypesAndDefaults) {
   const std::map<std::string, std::pair<Type, std::string>> want{
       {"TANDEM_DEBUG", {Type::choice, "WARN"}},
       {"TANDEM_DEBUG_SUBSYS", {Type::string, "ALL"}},
+      {"TANDEM_STREAM_BYTES", {Type::bytes, "0"}},
       {"TANDEM_TIMEOUT", {Type::seconds, "600"}},
       {"TANDEM_ALGO", {Type::string, ""}},
       {"TANDEM_SOCKET_IFNAME", {Type::string, ""}},
