@@ -136,6 +136,11 @@ class Batch {
   std::size_t next_ = 0;
 };
 
+/// Moves every posted request of the mesh on without waiting (mesh.post() only queues).
+inline void progress(transport::Mesh& mesh) {
+  (void)mesh.test(std::span<Request* const>());
+}
+
 /// The posted requests of the batches.
 std::vector<Request*> posted(std::initializer_list<Batch*> batches);
 
