@@ -27,20 +27,16 @@ Batch::~Batch() {
     mesh_.abort(Error(ErrorCode::Aborted, "a collective failed with requests still in flight"));
 }
 
-std::vector<Request*> posted(std::initializer_list<Batch*> batches) {
+void wait_all(transport::Mesh& mesh, std::initializer_list<Batch*> batches, Deadline deadline) {
   std::size_t total = 0;
   for (const Batch* b : batches) total += b->size();
+  if (total == 0) return;
   std::vector<Request*> ps;
   ps.reserve(total);
   for (Batch* b : batches)
     for (Request& r : b->reqs_)
       if (r.peer >= 0) ps.push_back(&r);
-  return ps;
-}
-
-void wait_all(transport::Mesh& mesh, std::initializer_list<Batch*> batches, Deadline deadline) {
-  const auto ps = posted(batches);
-  if (!ps.empty()) mesh.wait(ps, deadline);
+  mesh.wait(ps, deadline);
 }
 
 void sendrecv(transport::Mesh& mesh, Request& send, Request& recv, Deadline deadline) {

@@ -130,7 +130,7 @@ class Batch {
   void wait(std::size_t i, Deadline deadline) { mesh_.wait(reqs_[i], deadline); }
 
  private:
-  friend std::vector<Request*> posted(std::initializer_list<Batch*> batches);
+  friend void wait_all(transport::Mesh&, std::initializer_list<Batch*>, Deadline);
   transport::Mesh& mesh_;
   std::vector<Request> reqs_;  // never resized: posted requests must not move
   std::size_t next_ = 0;
@@ -140,9 +140,6 @@ class Batch {
 inline void progress(transport::Mesh& mesh) {
   (void)mesh.test(std::span<Request* const>());
 }
-
-/// The posted requests of the batches.
-std::vector<Request*> posted(std::initializer_list<Batch*> batches);
 
 /// Waits for every request of the batches (all must have been posted).
 void wait_all(transport::Mesh& mesh, std::initializer_list<Batch*> batches, Deadline deadline);

@@ -62,11 +62,9 @@ class Direct final : public Algorithm {
     mesh.post(hello);
     mesh.wait(hello, call.deadline);
     if (spot.region == 0) return detail::run_ring(call, ctx);
-    const void* src =
-        pool.peer_view(call.root, transport::RegionSpot{spot.region, spot.offset}, bytes);
-    TANDEM_CHECK(src != nullptr && spot.bytes == bytes,
-                 "rank {}'s registered buffer #{} (offset {}, {} bytes) is not mapped here",
-                 call.root, spot.region, spot.offset, bytes);
+    TANDEM_CHECK(spot.bytes == bytes, "the root (rank {}) broadcasts {} bytes where {} were due",
+                 call.root, spot.bytes, bytes);
+    const std::byte* src = detail::peer_buffer(mesh, call.root, spot.region, spot.offset, bytes);
     core::copy(call.out.data, src, bytes, core::streams(bytes));
     const std::byte mark{1};
     auto done = transport::Request::make_send(call.root, call.tag, &mark, 1);

@@ -62,7 +62,7 @@ TEST(Copy, StreamsFromTheThresholdUp) {
     EXPECT_TRUE(streams(std::size_t{1} << 30));
   }
   // The default: the last-level cache, so a 64 KiB chunk of a small message never streams.
-  EXPECT_EQ(streams(stream_threshold()), true);
+  EXPECT_TRUE(streams(stream_threshold()));
   EXPECT_FALSE(streams(std::size_t{64} << 10));
   const StreamThreshold off(SIZE_MAX);
   EXPECT_FALSE(streams(std::size_t{1} << 40));
