@@ -204,6 +204,10 @@ class Communicator {
   /// `bytes` counts f32 elements as nccl-tests does: the whole output of allgather and
   /// gather, the whole input of reduce_scatter and scatter, the buffer otherwise.
   std::string_view algorithm_for(CollectiveKind kind, std::size_t bytes) const;
+  /// Name of the algorithm that ran this communicator's most recent collective or blocking
+  /// operation that succeeded: the ring where a direct algorithm found the buffers not
+  /// registered on every rank; "" before any, "local" on a one-rank communicator.
+  std::string_view last_algorithm() const noexcept;
   /// The communicator's default timeout.
   std::chrono::milliseconds timeout() const noexcept;
   /// The store this communicator rendezvoused through.

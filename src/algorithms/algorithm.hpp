@@ -63,12 +63,17 @@ class Scratch {
   std::size_t size_ = 0;
 };
 
+class Algorithm;
+
 /// What an algorithm runs against.
 struct Context {
   transport::Mesh& mesh;
   Scratch& scratch;
   /// Target chunk size for pipelining (bytes, multiple of 64).
   std::size_t chunk_bytes = 1u << 20;
+  /// Set by an algorithm that hands the call to another (a direct algorithm over buffers
+  /// that are not registered runs the ring): the one that actually ran, for the reports.
+  const Algorithm* ran = nullptr;
 };
 
 class Algorithm {

@@ -88,6 +88,7 @@ inline std::optional<std::vector<Where>> exchange_regions(const Call& call, tran
 inline void run_ring(const Call& call, Context& ctx) {
   const Algorithm* ring = Registry::builtin().find(call.kind, "ring");
   TANDEM_CHECK(ring != nullptr, "the ring {} is not registered", to_string(call.kind));
+  ctx.ran = ring;
   ring->run(call, ctx);
 }
 

@@ -226,6 +226,12 @@ std::string_view Communicator::algorithm_for(CollectiveKind kind, std::size_t by
       .name();
 }
 
+std::string_view Communicator::last_algorithm() const noexcept {
+  if (impl_->size == 1) return "local";
+  const algorithms::Algorithm* a = impl_->last_algorithm.load(std::memory_order_acquire);
+  return a != nullptr ? a->name() : std::string_view();
+}
+
 std::chrono::milliseconds Communicator::timeout() const noexcept {
   return impl_->timeout;
 }

@@ -187,6 +187,7 @@ void Communicator::Impl::execute(const Op& op, Clock::time_point now) {
     comm::trace_begin(*trace, op, now);
   ErrorCode code = ErrorCode::Internal;
   std::string what;
+  const algorithms::Algorithm* ran = nullptr;
   try {
     if (now >= c.deadline) {
       TANDEM_THROW(ErrorCode::Timeout,
@@ -200,10 +201,12 @@ void Communicator::Impl::execute(const Op& op, Clock::time_point now) {
       if (verify_calls && !comm::is_p2p(c.kind)) comm::verify_call(*mesh, c);
       algorithms::Context ctx{*mesh, scratch, chunk_bytes};
       op.algorithm->run(c, ctx);
+      ran = ctx.ran != nullptr ? ctx.ran : op.algorithm;
     }
-    recorder.finish(ticket, true);
+    last_algorithm.store(ran, std::memory_order_release);
+    recorder.finish(ticket, true, ran != nullptr ? ran->name() : algo);
     if (trace) [[unlikely]]
-      trace->close(Clock::now());
+      comm::trace_end(*trace, op, ran, Clock::now());
     if (collective) monitor->completed(c.seq);
     return;
   } catch (const Error& e) {

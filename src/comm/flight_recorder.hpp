@@ -44,11 +44,13 @@ class FlightRecorder {
         Entry{kind, dtype, Outcome::running, root, seq, count, algorithm, now, {}};
     return recorded_++;
   }
-  /// Ends the record of `ticket` (unless newer records overwrote it).
-  void finish(std::uint64_t ticket, bool ok) noexcept {
+  /// Ends the record of `ticket` (unless newer records overwrote it); a non-empty `ran`
+  /// names the algorithm that ran it when the chosen one handed it on (a direct one's ring).
+  void finish(std::uint64_t ticket, bool ok, std::string_view ran = {}) noexcept {
     if (ticket + kCapacity <= recorded_) return;
     Entry& e = entries_[ticket % kCapacity];
     e.outcome = ok ? Outcome::ok : Outcome::failed;
+    if (!ran.empty()) e.algorithm = ran;
     if (!ok) e.end = Clock::now();
   }
 

@@ -52,8 +52,12 @@ std::string describe(const Op& op);
 /// the queue since op.issued; a non-empty `error` marks it failed.
 void trace_op(core::trace::Ring& ring, const Op& op, Clock::time_point start, Clock::time_point end,
               std::string_view error = {});
-/// Starts `op`'s event (running since `start`); ring.close() ends it.
+/// Starts `op`'s event (running since `start`); ring.close() or trace_end() ends it.
 void trace_begin(core::trace::Ring& ring, const Op& op, Clock::time_point start);
+/// Ends the event trace_begin() opened for `op`, which succeeded at `end` run by `ran`: an
+/// algorithm other than the chosen one (a direct algorithm's ring) is added as "fallback".
+void trace_end(core::trace::Ring& ring, const Op& op, const algorithms::Algorithm* ran,
+               Clock::time_point end);
 
 /// The Work of an asynchronous (or queued blocking) operation; owns a copy of its arguments.
 class OpWork final : public Work {
@@ -142,6 +146,9 @@ struct Communicator::Impl {
   std::string error_message;
 
   comm::FlightRecorder recorder;
+  /// The algorithm that ran the last operation that succeeded (null: none yet, or a
+  /// one-rank communicator's local copy); read by Communicator::last_algorithm().
+  std::atomic<const algorithms::Algorithm*> last_algorithm{nullptr};
   /// TANDEM_TRACE: this communicator's timeline track (null when off). Written by the thread
   /// that owns the mesh, like the recorder.
   std::unique_ptr<core::trace::Ring> trace;

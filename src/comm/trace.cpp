@@ -62,4 +62,10 @@ void trace_begin(core::trace::Ring& ring, const Op& op, Clock::time_point start)
   ring.mark_open();
 }
 
+void trace_end(core::trace::Ring& ring, const Op& op, const algorithms::Algorithm* ran,
+               Clock::time_point end) {
+  if (ran != nullptr && ran != op.algorithm) ring.open_event().add("fallback", ran->name());
+  ring.close(end);
+}
+
 }  // namespace tandem::comm

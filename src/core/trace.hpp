@@ -101,6 +101,8 @@ class Ring {
   /// An operation that has started: the slot from next(), filled but for its end, is shown
   /// as unfinished if the part is written (a stop signal) before close() commits it.
   void mark_open() noexcept { open_.store(true, std::memory_order_release); }
+  /// The event mark_open() left open (to add what was learnt while it ran).
+  Event& open_event() noexcept { return events_[static_cast<std::size_t>(head_ % slots_)]; }
   /// Ends the open event at `end` (a non-empty `error` marks it failed) and commits it.
   void close(Clock::time_point end, std::string_view error = {}) {
     Event& e = events_[static_cast<std::size_t>(head_ % slots_)];

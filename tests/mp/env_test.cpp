@@ -178,6 +178,7 @@ TEST(SingleRank, EveryCollectiveWorksWithAHashStore) {
   EXPECT_EQ(comm->local_size(), 1);
   EXPECT_EQ(comm->transport_to(0), "self");
   EXPECT_EQ(comm->algorithm_for(CollectiveKind::allreduce, 1 << 20), "local");
+  EXPECT_EQ(comm->last_algorithm(), "local");
   Sweep sweep(*comm);
   sweep.small();
   sweep.large();

@@ -196,6 +196,7 @@ TEST(Registered, PrivateMemoryWithoutSharedMemoryStillWorks) {
         EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a.data()) % 4096, 0u);
         check_allreduce(*comm, a.data(), a.data(), DataType::f32, ReduceOp::sum, 262143, 2, "");
         check_allreduce(*comm, a.data(), a.data(), DataType::i32, ReduceOp::max, 1001, 3, "direct");
+        EXPECT_EQ(comm->last_algorithm(), "ring") << "direct runs the ring over tcp";
       },
       run_options("tcp"));
   testing::expect_all_ok(exits);
@@ -245,9 +246,15 @@ TEST_P(RegisteredSweep, DirectMatchesReference) {
                 continue;
               check_allreduce(*comm, rin, rout, t, op, n, ++seed, "direct");
               check_allreduce(*comm, rin, rin, t, op, n, ++seed, "direct");
+              if (n > 0) {
+                EXPECT_EQ(comm->last_algorithm(), "direct");
+              }
               // Registered on even ranks only: the ranks must agree to fall back.
               void* mixed = ctx.rank % 2 == 0 ? static_cast<void*>(rin) : user_in.data();
               check_allreduce(*comm, mixed, mixed, t, op, n, ++seed, "direct");
+              if (n > 0) {
+                EXPECT_EQ(comm->last_algorithm(), "ring") << "the fallback is named";
+              }
               // Input registered, output not (on every rank): falls back as well.
               check_allreduce(*comm, rin, user_out.data(), t, op, n, ++seed, "direct");
             }
@@ -263,6 +270,9 @@ TEST_P(RegisteredSweep, DirectMatchesReference) {
               check_broadcast(*comm, rin, user_out.data(), t, root, n, ++seed);
               // The root's source unregistered: every rank falls back to the ring.
               check_broadcast(*comm, user_in.data(), user_in.data(), t, root, n, ++seed);
+              if (n > 0) {
+                EXPECT_EQ(comm->last_algorithm(), "ring");
+              }
             }
           }
         }

@@ -73,7 +73,9 @@ TEST(Trace, MergedTimelineHasOneTrackPerRankWithEveryCall) {
         std::vector<float> grads(1024, 1.0f);
         comm->allreduce(BufferView::of(std::span<float>(grads)), ReduceOp::sum);  // #0
         std::vector<std::int32_t> ids(16, ctx.rank);
-        comm->broadcast(BufferView::of(std::span<std::int32_t>(ids)), 1);  // #1
+        CallOptions direct;  // over memory that is not registered: runs the ring
+        direct.algorithm = "direct";
+        comm->broadcast(BufferView::of(std::span<std::int32_t>(ids)), 1, direct);  // #1
         std::vector<double> mine(4, ctx.rank), all(4 * kRanks);
         comm->allgather(BufferView::of(std::span<double>(mine)),
                         BufferView::of(std::span<double>(all)));  // #2
@@ -156,7 +158,10 @@ TEST(Trace, MergedTimelineHasOneTrackPerRankWithEveryCall) {
     EXPECT_EQ(ar.at("in_place"), true);
     EXPECT_FALSE(ar.at("algorithm").get<std::string>().empty());
     EXPECT_FALSE(ar.contains("error"));
+    EXPECT_FALSE(ar.contains("fallback")) << ar.dump();
     EXPECT_EQ(spans[1].at("args").at("root"), 1);
+    EXPECT_EQ(spans[1].at("args").at("algorithm"), "direct");
+    EXPECT_EQ(spans[1].at("args").value("fallback", ""), "ring") << spans[1].dump();
     EXPECT_EQ(spans[1].at("args").at("dtype"), "i32");
     EXPECT_EQ(spans[2].at("args").at("in_place"), false);
     EXPECT_EQ(spans[2].at("args").at("dtype"), "f64");

@@ -148,6 +148,12 @@ TEST(TandemPerf, TcpTransportAndJson) {
     EXPECT_EQ(row["out_of_place"]["wrong"], 0);
     EXPECT_EQ(row["in_place"]["wrong"], 0);
     EXPECT_GT(row["out_of_place"]["time_us_mean"].get<double>(), 0.0);
+    for (const char* where : {"out_of_place", "in_place"}) {
+      const auto& m = row[where];
+      EXPECT_LE(m["time_us_p50"].get<double>(), m["time_us_p99"].get<double>()) << m.dump();
+      EXPECT_LE(m["time_us_p99"].get<double>(), m["time_us_max"].get<double>()) << m.dump();
+      EXPECT_GT(m["time_us_max"].get<double>(), 0.0) << m.dump();
+    }
     EXPECT_GT(row["in_place"]["busbw_gbps"].get<double>(), 0.0);
   }
 }
@@ -161,6 +167,15 @@ TEST(TandemPerf, ForcedAlgorithmShowsInEveryRow) {
                                 "-n", "1", "-w", "0"});
   EXPECT_EQ(bad.result.exit_code, 2) << bad.result.err;
   EXPECT_NE(bad.result.err.find("no-such-algorithm"), std::string::npos) << bad.result.err;
+}
+
+// The column names what ran: the direct algorithm over buffers that are not registered
+// hands the call to the ring.
+TEST(TandemPerf, ForcedDirectOverPrivateBuffersShowsTheRingThatRan) {
+  const auto run = run_perf(
+      2, {"-c", "allreduce", "-a", "direct", "-b", "4M", "-e", "4M", "-n", "2", "-w", "0"});
+  expect_all_correct(run, 1, true);
+  for (const auto& r : run.rows) EXPECT_EQ(r.algorithm, "ring") << run.result.out;
 }
 
 TEST(TandemPerf, NoCheckLeavesWrongColumnsOpen) {

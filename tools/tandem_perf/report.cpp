@@ -58,6 +58,8 @@ nlohmann::json to_json(const Measurement& m) {
   if (!m.valid) return nullptr;
   return {{"time_us_mean", m.mean_us},
           {"time_us_p50", m.p50_us},
+          {"time_us_p99", m.p99_us},
+          {"time_us_max", m.max_us},
           {"algbw_gbps", m.algbw},
           {"busbw_gbps", m.busbw},
           {"wrong", m.checked ? nlohmann::json(m.wrong) : nlohmann::json(nullptr)}};
@@ -109,7 +111,8 @@ void Report::header() const {
   s += fmt::format("#  Transports from rank 0: {}\n", tr.empty() ? "none (one rank)" : tr);
   s += fmt::format("#  Algorithm: {}\n",
                    options_.algorithm.empty()
-                       ? "chosen per size by the selector (last column)"
+                       ? "chosen per size by the selector; the last column names the one "
+                         "that ran (out-of-place|in-place where they differ)"
                        : fmt::format("{} (forced with -a)", options_.algorithm));
   if (options_.registered) s += "#  Buffers: registered (Communicator::allocate)\n";
   s += "#\n";

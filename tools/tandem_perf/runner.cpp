@@ -190,6 +190,7 @@ Measurement Runner::measure(const Shape& s, DataType t, ReduceOp op, bool in_pla
     run_once(v, op);
     stamps[i + 1] = Clock::now();
   }
+  m.algorithm = comm_.last_algorithm();
   std::vector<double> times(iters);
   for (std::size_t i = 0; i < iters; ++i)
     times[i] = std::chrono::duration<double, std::micro>(stamps[i + 1] - stamps[i]).count();
@@ -204,6 +205,8 @@ Measurement Runner::measure(const Shape& s, DataType t, ReduceOp op, bool in_pla
   m.mean_us = sum / static_cast<double>(iters);
   std::sort(slowest.begin(), slowest.end());
   m.p50_us = slowest[(iters - 1) / 2];
+  m.p99_us = slowest[(iters * 99 + 99) / 100 - 1];
+  m.max_us = slowest.back();
   m.algbw = m.mean_us > 0 ? static_cast<double>(row_bytes) / (m.mean_us * 1e3) : 0;
   m.busbw = m.algbw * bus_factor(options_.bench, world_);
   m.valid = true;
@@ -289,12 +292,14 @@ Row Runner::run(std::size_t size, DataType dtype, ReduceOp op) {
   const std::size_t elem = dtype_size(dtype);
   row.bytes = std::max(s.in, s.out) * elem;
   if (options_.bench != Bench::barrier && s.per == 0) return row;
-  row.algorithm = !algorithm_.empty()
-                      ? algorithm_
-                      : std::string(comm_.algorithm_for(kind_of(options_.bench), row.bytes));
   row.out_of_place = measure(s, dtype, op, false, row.bytes);
   if (options_.in_place && has_in_place(options_.bench))
     row.in_place = measure(s, dtype, op, true, row.bytes);
+  // What ran, which is not always what was chosen: a direct algorithm runs the ring over
+  // buffers that are not registered.
+  row.algorithm = row.out_of_place.algorithm;
+  if (row.in_place.valid && row.in_place.algorithm != row.algorithm)
+    row.algorithm += "|" + row.in_place.algorithm;
   return row;
 }
 

@@ -19,10 +19,13 @@ struct Measurement {
   bool valid = false;  ///< false: not applicable (e.g. in-place alltoall)
   double mean_us = 0;  ///< mean over iterations of the slowest rank's time
   double p50_us = 0;   ///< median of the same
+  double p99_us = 0;   ///< 99th percentile of the same (nearest rank)
+  double max_us = 0;   ///< the slowest iteration
   double algbw = 0;    ///< GB/s (1e9 bytes/s) of the row's size at the mean time
   double busbw = 0;
   bool checked = false;   ///< false with --no-check
   std::size_t wrong = 0;  ///< summed over ranks
+  std::string algorithm;  ///< the one that ran the timed iterations (Communicator::last_algorithm)
 };
 
 struct Row {
@@ -30,8 +33,8 @@ struct Row {
   std::size_t count = 0;  ///< elements in that buffer
   DataType dtype = DataType::f32;
   ReduceOp op = ReduceOp::sum;
-  int root = -1;  ///< -1 for collectives without a root
-  std::string algorithm;
+  int root = -1;          ///< -1 for collectives without a root
+  std::string algorithm;  ///< what ran; "oop|in-place" when the two differ
   Measurement out_of_place, in_place;
 };
 
