@@ -5,7 +5,12 @@ algorithm label is named in the last column ("A" or "A|B": out-of-place|in-place
 tandem-perf and bench/gloo do. #wrong is the sum over all runs of that size, so a wrong result
 from any candidate shows.
 
-Usage: best_of.py OUT.txt IN.txt...   (tables in tandem-perf's layout, e.g. from mpi_bench -a)
+With --median the run with the median mean time wins instead (the faster middle one of an
+even count): bench/run-all.sh merges its rounds of one configuration so, so that one lucky or
+unlucky run does not decide a row.
+
+Usage: best_of.py [--median] OUT.txt IN.txt...   (tables in tandem-perf's layout, e.g. from
+mpi_bench -a)
 """
 import os
 import re
@@ -28,17 +33,23 @@ def rows_of(path):
     return rows
 
 
-def pick(cands, col):
-    """The candidate (stats, label) with the lowest mean time in column col (1 or 2)."""
-    best = min(cands, key=lambda r: float(r[col][0]))
+def pick(cands, col, median=False):
+    """The candidate (stats, label) with the lowest (or the median) mean time in column col
+    (1 or 2)."""
+    ranked = sorted(cands, key=lambda r: float(r[col][0]))
+    best = ranked[(len(ranked) - 1) // 2] if median else ranked[0]
     return best[col], best[3].split("|")[col - 1] if "|" in best[3] else best[3]
 
 
 def main():
-    if len(sys.argv) < 3:
+    args = sys.argv[1:]
+    median = bool(args) and args[0] == "--median"
+    if median:
+        args = args[1:]
+    if len(args) < 2:
         print(__doc__)
         return 2
-    out_path, inputs = sys.argv[1], [p for p in sys.argv[2:] if os.path.exists(p)]
+    out_path, inputs = args[0], [p for p in args[1:] if os.path.exists(p)]
     tables = [(p, rows_of(p)) for p in inputs]
     header = []
     if inputs:
@@ -47,11 +58,12 @@ def main():
                       and "Avg bus" not in l and l.strip() != "#"]
     sizes = sorted(set().union(*(t.keys() for _, t in tables))) if tables else []
     wrong_total, bw = 0, []
-    lines = header + ["# best of %d runs per size and column: %s" % (
-        len(inputs), " ".join(sorted({r[3] for _, t in tables for r in t.values()})))]
+    lines = header + ["# %s of %d runs per size and column: %s" % (
+        "median" if median else "best", len(inputs),
+        " ".join(sorted({r[3] for _, t in tables for r in t.values()})))]
     for size in sizes:
         cands = [t[size] for _, t in tables if size in t]
-        (oop, a), (ip, b) = pick(cands, 1), pick(cands, 2)
+        (oop, a), (ip, b) = pick(cands, 1, median), pick(cands, 2, median)
         wrong = sum(int(c[1][4]) + int(c[2][4]) for c in cands if c[1][4].isdigit()
                     and c[2][4].isdigit())
         oop, ip = oop[:4] + [str(wrong)], ip[:4] + [str(wrong)]

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # tandem beside Open MPI, MPICH and Gloo in one run: allreduce, broadcast and allgather of f32 on
 # NP ranks of this host, 8 B .. 128 MiB x4, every library at its own fastest algorithm per size;
-# one table (Markdown, CSV, JSON) and one plot of busbw against size.
+# one table (Markdown, CSV, JSON) and one plot of busbw against size. The whole sequence runs
+# ROUNDS times (default 3); each series' row is the median of its rounds.
 #
-#   bench/run-all.sh                                  # everything, ~20-40 min on 2 idle cores
+#   bench/run-all.sh                                  # everything, ~10 min on 2 idle cores
 #   ITERS=50 WARMUP=10 COLLECTIVES="broadcast allgather" bench/run-all.sh
 #   UPDATE_DOCS=1 bench/run-all.sh                    # also the plot to docs/, table to README
 #
@@ -18,14 +19,17 @@
 # (bench/gloo/gloo_bench.cpp); the MPIs: with MPI_ALGOS=sweep (the default here) one run per
 # forced algorithm and per size the fastest (bench/best_of.py), MPI_ALGOS=default for their
 # own decision only. The collectives are interleaved: each one runs for every library before
-# the next collective starts, so that a change in the machine's load hits all of them.
+# the next collective starts, so that a change in the machine's load hits all of them; then
+# the next round. Per series, size and column the round with the median mean time is kept
+# (bench/best_of.py --median): a single run on a shared VM varies by up to 40 %.
 #
-# Environment: MIN MAX FACTOR ITERS WARMUP NP COLLECTIVES (as tandem-perf's -b -e -f -n -w),
+# Environment: MIN MAX FACTOR ITERS WARMUP NP COLLECTIVES (as tandem-perf's -b -e -f -n -w), ROUNDS,
 # LIBS (default "tandem openmpi mpich gloo"), OUT (default <repo>/build/bench-all), BUILD_DIR
 # (default <repo>/build; holds bin/tandemrun and bin/tandem-perf), RUN_TIMEOUT (seconds per
 # run, default 900), PLOT_TITLE, UPDATE_DOCS=1 (copy busbw.png to docs/bench-busbw.png and
 # results.md into README.md between <!-- bench-all:begin --> and <!-- bench-all:end -->).
-# Writes $OUT/results.{md,csv,json}, $OUT/busbw.png and every library's own tables.
+# Writes $OUT/results.{md,csv,json}, $OUT/busbw.png, the merged tables and, in $OUT/round<k>,
+# every round's own tables.
 # Installs the libraries from Debian when missing (as root): openmpi-bin libopenmpi-dev, mpich
 # libmpich-dev, libgloo-dev, gnuplot-nox.
 set -euo pipefail
@@ -36,7 +40,7 @@ export BUILD_DIR=${BUILD_DIR:-$repo/build}
 export OUT=${OUT:-$BUILD_DIR/bench-all}
 export MIN=${MIN:-8} MAX=${MAX:-128M} FACTOR=${FACTOR:-4} ITERS=${ITERS:-20}
 export WARMUP=${WARMUP:-5} NP=${NP:-2} RUN_TIMEOUT=${RUN_TIMEOUT:-900}
-export MPI_ALGOS=${MPI_ALGOS:-sweep}
+export MPI_ALGOS=${MPI_ALGOS:-sweep} ROUNDS=${ROUNDS:-3}
 COLLECTIVES=${COLLECTIVES:-"allreduce broadcast allgather"}
 LIBS=${LIBS:-"tandem openmpi mpich gloo"}
 
@@ -61,11 +65,16 @@ if ! command -v gnuplot >/dev/null; then
   fi
 fi
 
+case $ROUNDS in
+  '' | *[!0-9]* | 0) echo "run-all.sh: ROUNDS must be a whole number ≥ 1 (got '$ROUNDS')" >&2; exit 2 ;;
+esac
 mkdir -p "$OUT"
 rm -f "$OUT"/*.txt "$OUT"/*.json "$OUT"/*.dat "$OUT"/results.* "$OUT"/busbw.png
-log=$OUT/run-all.log
+rm -rf "$OUT"/round[0-9]*
+base=$OUT
+log=$base/run-all.log
 echo "run-all.sh: $NP ranks, sizes $MIN..$MAX x$FACTOR, $ITERS iterations ($WARMUP warmup)," \
-  "libraries: $LIBS, MPI algorithms: $MPI_ALGOS; tables in $OUT, log in $log"
+  "libraries: $LIBS, MPI algorithms: $MPI_ALGOS, $ROUNDS round(s); tables in $OUT, log in $log"
 
 # One library's script for one collective; its output goes to the log, a failure is reported
 # and remembered but does not stop the others.
@@ -73,7 +82,7 @@ status=0
 step() {
   local name=$1 rc=0
   shift
-  echo "run-all.sh: $(date -u +%H:%M:%S) $c: $name"
+  echo "run-all.sh: $(date -u +%H:%M:%S) round $round/$ROUNDS $c: $name"
   "$@" >>"$log" 2>&1 || rc=$?
   if [ "$rc" -ne 0 ]; then
     echo "run-all.sh: $c: $name failed (status $rc); see $log" >&2
@@ -88,14 +97,29 @@ tandem() {
     -w "$WARMUP" --json "$OUT/tandem-$net-$c.json" >"$OUT/tandem-$net-$c.txt"
 }
 
+# Each round writes its own directory (the libraries' scripts write into $OUT).
+for round in $(seq 1 "$ROUNDS"); do
+  export OUT=$base/round$round
+  mkdir -p "$OUT"
+  for c in $COLLECTIVES; do
+    if has tandem; then
+      step "tandem shm" tandem shm TANDEM_SHM_DISABLE=0
+      step "tandem tcp" tandem tcp TANDEM_SHM_DISABLE=1
+    fi
+    has openmpi && step "Open MPI vader + tcp" env COLLECTIVES="$c" WITH_TANDEM=0 "$here/openmpi/run.sh"
+    has mpich && step "MPICH shm" env COLLECTIVES="$c" "$here/mpich/run.sh"
+    has gloo && step "Gloo tcp" env COLLECTIVES="$c" WITH_TANDEM=0 "$here/gloo/run.sh"
+  done
+done
+export OUT=$base
+# Per series, size and column, the round with the median mean time. Wrong values of any round
+# are summed into the merged table, where collect.py reports them.
 for c in $COLLECTIVES; do
-  if has tandem; then
-    step "tandem shm" tandem shm TANDEM_SHM_DISABLE=0
-    step "tandem tcp" tandem tcp TANDEM_SHM_DISABLE=1
-  fi
-  has openmpi && step "Open MPI vader + tcp" env COLLECTIVES="$c" WITH_TANDEM=0 "$here/openmpi/run.sh"
-  has mpich && step "MPICH shm" env COLLECTIVES="$c" "$here/mpich/run.sh"
-  has gloo && step "Gloo tcp" env COLLECTIVES="$c" WITH_TANDEM=0 "$here/gloo/run.sh"
+  for series in tandem-shm tandem-tcp mpi-shm mpi-tcp mpich-shm gloo-tcp; do
+    rounds=("$base"/round*/"$series-$c.txt")
+    [ -e "${rounds[0]}" ] || continue
+    python3 "$here/best_of.py" --median "$base/$series-$c.txt" "${rounds[@]}" || true
+  done
 done
 
 # What ran, for the table's footnote.
@@ -108,7 +132,7 @@ done
   has gloo && echo "Gloo=$(dpkg-query -W -f '${Version}' libgloo-dev 2>/dev/null || echo unknown) (Debian libgloo-dev)"
   echo "CPU=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -1), $(nproc) cores"
   echo "kernel=$(uname -r)"
-  echo "params=ranks $NP, ITERS $ITERS, WARMUP $WARMUP, MPI_ALGOS $MPI_ALGOS"
+  echo "params=ranks $NP, ITERS $ITERS, WARMUP $WARMUP, MPI_ALGOS $MPI_ALGOS, ROUNDS $ROUNDS (median)"
 } >"$OUT/versions.txt"
 
 python3 "$here/collect.py" "$OUT" $COLLECTIVES || status=$?

@@ -36,11 +36,31 @@ class BestOf(unittest.TestCase):
     def tearDown(self):
         shutil.rmtree(self.dir)
 
-    def run_best_of(self, *inputs):
+    def run_best_of(self, *inputs, flags=()):
         out = os.path.join(self.dir, "best.txt")
-        rc = subprocess.call([sys.executable, os.path.join(HERE, "best_of.py"), out] +
+        rc = subprocess.call([sys.executable, os.path.join(HERE, "best_of.py"), *flags, out] +
                              [os.path.join(self.dir, p) for p in inputs])
         return rc, out
+
+    def test_median_of_rounds(self):
+        table(os.path.join(self.dir, "r1.txt"), [(8, 1.0, 0.0, 9.0, 0.0, 0, "tree"),
+                                                 (1024, 3.0, 0.3, 4.0, 0.2, 0, "ring")])
+        table(os.path.join(self.dir, "r2.txt"), [(8, 5.0, 0.0, 2.0, 0.0, 0, "tree"),
+                                                 (1024, 9.0, 0.1, 2.0, 0.5, 0, "ring")])
+        table(os.path.join(self.dir, "r3.txt"), [(8, 2.0, 0.0, 3.0, 0.0, 0, "tree"),
+                                                 (1024, 1.0, 0.9, 8.0, 0.1, 0, "direct")])
+        rc, out = self.run_best_of("r1.txt", "r2.txt", "r3.txt", flags=["--median"])
+        self.assertEqual(rc, 0)
+        oop, ip = parse(out)[0], parse(out, in_place=True)[0]
+        self.assertEqual(oop[8][0], 2.0)
+        self.assertEqual(ip[8][0], 3.0)
+        self.assertEqual((oop[1024][0], oop[1024][2], oop[1024][4]), (3.0, 0.3, "ring"))
+        self.assertEqual((ip[1024][0], ip[1024][4]), (4.0, "ring"))
+        # Two rounds: the faster one.
+        rc, out = self.run_best_of("r1.txt", "r2.txt", flags=["--median"])
+        self.assertEqual(parse(out)[0][8][0], 1.0)
+        with open(out) as f:
+            self.assertIn("# median of 2 runs", f.read())
 
     def test_fastest_per_size_and_column(self):
         table(os.path.join(self.dir, "a.txt"), [(8, 1.0, 0.0, 5.0, 0.0, 0, "ring"),
