@@ -58,7 +58,7 @@ def main():
                       and "Avg bus" not in l and l.strip() != "#"]
     sizes = sorted(set().union(*(t.keys() for _, t in tables))) if tables else []
     wrong_total, bw = 0, []
-    lines = header + ["# %s of %d runs per size and column: %s" % (
+    lines = header + ["# %s per size and column of the runs that measured it (%d runs): %s" % (
         "median" if median else "best", len(inputs),
         " ".join(sorted({r[3] for _, t in tables for r in t.values()})))]
     for size in sizes:

@@ -24,6 +24,8 @@
 # (bench/best_of.py --median): a single run on a shared VM varies by up to 40 %.
 #
 # Environment: MIN MAX FACTOR ITERS WARMUP NP COLLECTIVES (as tandem-perf's -b -e -f -n -w), ROUNDS,
+# SMALL_MAX SMALL_ITERS SMALL_WARMUP (sizes up to SMALL_MAX, default 8K, run in a pass of their
+# own with 2000 iterations after 200 warm-up),
 # LIBS (default "tandem openmpi mpich gloo"), OUT (default <repo>/build/bench-all), BUILD_DIR
 # (default <repo>/build; holds bin/tandemrun and bin/tandem-perf), RUN_TIMEOUT (seconds per
 # run, default 900), PLOT_TITLE, UPDATE_DOCS=1 (copy busbw.png to docs/bench-busbw.png and
@@ -41,6 +43,9 @@ export OUT=${OUT:-$BUILD_DIR/bench-all}
 export MIN=${MIN:-8} MAX=${MAX:-128M} FACTOR=${FACTOR:-4} ITERS=${ITERS:-20}
 export WARMUP=${WARMUP:-5} NP=${NP:-2} RUN_TIMEOUT=${RUN_TIMEOUT:-900}
 export MPI_ALGOS=${MPI_ALGOS:-sweep} ROUNDS=${ROUNDS:-3}
+# Sizes up to SMALL_MAX run in a pass of their own with SMALL_ITERS iterations: the mean of 20
+# sub-microsecond calls mostly measures how slowly the first ones start.
+SMALL_MAX=${SMALL_MAX:-8K} SMALL_ITERS=${SMALL_ITERS:-2000} SMALL_WARMUP=${SMALL_WARMUP:-200}
 COLLECTIVES=${COLLECTIVES:-"allreduce broadcast allgather"}
 LIBS=${LIBS:-"tandem openmpi mpich gloo"}
 
@@ -68,6 +73,13 @@ fi
 case $ROUNDS in
   '' | *[!0-9]* | 0) echo "run-all.sh: ROUNDS must be a whole number ≥ 1 (got '$ROUNDS')" >&2; exit 2 ;;
 esac
+min_b=$(numfmt --from=iec "$MIN") && max_b=$(numfmt --from=iec "$MAX") &&
+  split_b=$(numfmt --from=iec "$SMALL_MAX") ||
+  { echo "run-all.sh: MIN, MAX and SMALL_MAX are sizes such as 8, 32K, 128M" >&2; exit 2; }
+# The first size of the sequence MIN, MIN x FACTOR, ... above SMALL_MAX.
+first_large=$(awk -v s="$min_b" -v f="$FACTOR" -v m="$split_b" \
+  'BEGIN { if (f <= 1) exit 1; while (s <= m) s *= f; printf "%d", s }') ||
+  { echo "run-all.sh: FACTOR must be above 1 (got '$FACTOR')" >&2; exit 2; }
 mkdir -p "$OUT"
 rm -f "$OUT"/*.txt "$OUT"/*.json "$OUT"/*.dat "$OUT"/results.* "$OUT"/busbw.png
 rm -rf "$OUT"/round[0-9]*
@@ -82,7 +94,7 @@ status=0
 step() {
   local name=$1 rc=0
   shift
-  echo "run-all.sh: $(date -u +%H:%M:%S) round $round/$ROUNDS $c: $name"
+  echo "run-all.sh: $(date -u +%H:%M:%S) round $round/$ROUNDS $c $MIN..$MAX: $name"
   "$@" >>"$log" 2>&1 || rc=$?
   if [ "$rc" -ne 0 ]; then
     echo "run-all.sh: $c: $name failed (status $rc); see $log" >&2
@@ -97,21 +109,32 @@ tandem() {
     -w "$WARMUP" --json "$OUT/tandem-$net-$c.json" >"$OUT/tandem-$net-$c.txt"
 }
 
-# Each round writes its own directory (the libraries' scripts write into $OUT).
-for round in $(seq 1 "$ROUNDS"); do
-  export OUT=$base/round$round
+# Every library for collective $c, sizes $2..$3 with $4 iterations ($5 warm-up), into a
+# directory of its own ($1): the libraries' scripts take these from the environment.
+run_pass() {
+  export OUT=$base/round$round-$1 MIN=$2 MAX=$3 ITERS=$4 WARMUP=$5
   mkdir -p "$OUT"
+  if has tandem; then
+    step "tandem shm" tandem shm TANDEM_SHM_DISABLE=0
+    step "tandem tcp" tandem tcp TANDEM_SHM_DISABLE=1
+  fi
+  has openmpi && step "Open MPI vader + tcp" env COLLECTIVES="$c" WITH_TANDEM=0 "$here/openmpi/run.sh"
+  has mpich && step "MPICH shm" env COLLECTIVES="$c" "$here/mpich/run.sh"
+  has gloo && step "Gloo tcp" env COLLECTIVES="$c" WITH_TANDEM=0 "$here/gloo/run.sh"
+  return 0
+}
+all=("$MIN" "$MAX" "$ITERS" "$WARMUP")
+for round in $(seq 1 "$ROUNDS"); do
   for c in $COLLECTIVES; do
-    if has tandem; then
-      step "tandem shm" tandem shm TANDEM_SHM_DISABLE=0
-      step "tandem tcp" tandem tcp TANDEM_SHM_DISABLE=1
+    if [ "$min_b" -le "$split_b" ]; then
+      run_pass small "${all[0]}" "$((max_b < split_b ? max_b : split_b))" "$SMALL_ITERS" "$SMALL_WARMUP"
     fi
-    has openmpi && step "Open MPI vader + tcp" env COLLECTIVES="$c" WITH_TANDEM=0 "$here/openmpi/run.sh"
-    has mpich && step "MPICH shm" env COLLECTIVES="$c" "$here/mpich/run.sh"
-    has gloo && step "Gloo tcp" env COLLECTIVES="$c" WITH_TANDEM=0 "$here/gloo/run.sh"
+    if [ "$first_large" -le "$max_b" ]; then
+      run_pass large "$first_large" "${all[1]}" "${all[2]}" "${all[3]}"
+    fi
   done
 done
-export OUT=$base
+export OUT=$base MIN=${all[0]} MAX=${all[1]} ITERS=${all[2]} WARMUP=${all[3]}
 # Per series, size and column, the round with the median mean time. Wrong values of any round
 # are summed into the merged table, where collect.py reports them.
 for c in $COLLECTIVES; do
@@ -132,7 +155,8 @@ done
   has gloo && echo "Gloo=$(dpkg-query -W -f '${Version}' libgloo-dev 2>/dev/null || echo unknown) (Debian libgloo-dev)"
   echo "CPU=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -1), $(nproc) cores"
   echo "kernel=$(uname -r)"
-  echo "params=ranks $NP, ITERS $ITERS, WARMUP $WARMUP, MPI_ALGOS $MPI_ALGOS, ROUNDS $ROUNDS (median)"
+  echo "params=ranks $NP, ITERS $ITERS ($SMALL_ITERS up to $SMALL_MAX), WARMUP $WARMUP ($SMALL_WARMUP)," \
+    "MPI_ALGOS $MPI_ALGOS, ROUNDS $ROUNDS (median)"
 } >"$OUT/versions.txt"
 
 python3 "$here/collect.py" "$OUT" $COLLECTIVES || status=$?

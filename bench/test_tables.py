@@ -60,7 +60,8 @@ class BestOf(unittest.TestCase):
         rc, out = self.run_best_of("r1.txt", "r2.txt", flags=["--median"])
         self.assertEqual(parse(out)[0][8][0], 1.0)
         with open(out) as f:
-            self.assertIn("# median of 2 runs", f.read())
+            self.assertIn("# median per size and column of the runs that measured it (2 runs)",
+                          f.read())
 
     def test_fastest_per_size_and_column(self):
         table(os.path.join(self.dir, "a.txt"), [(8, 1.0, 0.0, 5.0, 0.0, 0, "ring"),
