@@ -153,6 +153,11 @@ TEST(TandemPerf, TcpTransportAndJson) {
       EXPECT_LE(m["time_us_p50"].get<double>(), m["time_us_p99"].get<double>()) << m.dump();
       EXPECT_LE(m["time_us_p99"].get<double>(), m["time_us_max"].get<double>()) << m.dump();
       EXPECT_GT(m["time_us_max"].get<double>(), 0.0) << m.dump();
+      // Each rank's loop time is the mean of its iterations, so the slowest loop is at most
+      // the mean of the slowest iterations.
+      EXPECT_GT(m["time_us_loop"].get<double>(), 0.0) << m.dump();
+      EXPECT_LE(m["time_us_loop"].get<double>(), m["time_us_mean"].get<double>() * (1 + 1e-9))
+          << m.dump();
     }
     EXPECT_GT(row["in_place"]["busbw_gbps"].get<double>(), 0.0);
   }

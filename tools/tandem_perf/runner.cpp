@@ -207,6 +207,10 @@ Measurement Runner::measure(const Shape& s, DataType t, ReduceOp op, bool in_pla
   m.p50_us = slowest[(iters - 1) / 2];
   m.p99_us = slowest[(iters * 99 + 99) / 100 - 1];
   m.max_us = slowest.back();
+  double loop = std::chrono::duration<double, std::micro>(stamps[iters] - stamps[0]).count() /
+                static_cast<double>(iters);
+  comm_.allreduce(BufferView::of(std::span<double>(&loop, 1)), ReduceOp::max);
+  m.loop_us = loop;
   m.algbw = m.mean_us > 0 ? static_cast<double>(row_bytes) / (m.mean_us * 1e3) : 0;
   m.busbw = m.algbw * bus_factor(options_.bench, world_);
   m.valid = true;

@@ -21,7 +21,10 @@ struct Measurement {
   double p50_us = 0;   ///< median of the same
   double p99_us = 0;   ///< 99th percentile of the same (nearest rank)
   double max_us = 0;   ///< the slowest iteration
-  double algbw = 0;    ///< GB/s (1e9 bytes/s) of the row's size at the mean time
+  /// The slowest rank's whole timed loop over the iterations: throughput, which a rank that
+  /// runs ahead (a broadcast root) does not charge to single iterations. <= mean_us.
+  double loop_us = 0;
+  double algbw = 0;  ///< GB/s (1e9 bytes/s) of the row's size at the mean time
   double busbw = 0;
   bool checked = false;   ///< false with --no-check
   std::size_t wrong = 0;  ///< summed over ranks
