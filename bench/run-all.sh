@@ -4,7 +4,7 @@
 # one table (Markdown, CSV, JSON) and one plot of busbw against size. The whole sequence runs
 # ROUNDS times (default 3); each series' row is the median of its rounds.
 #
-#   bench/run-all.sh                                  # everything, ~10 min on 2 idle cores
+#   bench/run-all.sh                                  # everything, ~12 min on 2 idle cores
 #   ITERS=50 WARMUP=10 COLLECTIVES="broadcast allgather" bench/run-all.sh
 #   UPDATE_DOCS=1 bench/run-all.sh                    # also the plot to docs/, table to README
 #
@@ -30,8 +30,8 @@
 # (default <repo>/build; holds bin/tandemrun and bin/tandem-perf), RUN_TIMEOUT (seconds per
 # run, default 900), PLOT_TITLE, UPDATE_DOCS=1 (copy busbw.png to docs/bench-busbw.png and
 # results.md into README.md between <!-- bench-all:begin --> and <!-- bench-all:end -->).
-# Writes $OUT/results.{md,csv,json}, $OUT/busbw.png, the merged tables and, in $OUT/round<k>,
-# every round's own tables.
+# Writes $OUT/results.{md,csv,json}, $OUT/busbw.png, the merged tables and, in
+# $OUT/round<k>-small and -large, every pass's own tables.
 # Installs the libraries from Debian when missing (as root): openmpi-bin libopenmpi-dev, mpich
 # libmpich-dev, libgloo-dev, gnuplot-nox.
 set -euo pipefail
@@ -137,11 +137,11 @@ done
 export OUT=$base MIN=${all[0]} MAX=${all[1]} ITERS=${all[2]} WARMUP=${all[3]}
 # Per series, size and column, the round with the median mean time. Wrong values of any round
 # are summed into the merged table, where collect.py reports them.
+# Each library's table of a collective is <series>-<collective>.txt (its per-algorithm
+# candidates add one more suffix, so they are not matched).
 for c in $COLLECTIVES; do
-  for series in tandem-shm tandem-tcp mpi-shm mpi-tcp mpich-shm gloo-tcp; do
-    rounds=("$base"/round*/"$series-$c.txt")
-    [ -e "${rounds[0]}" ] || continue
-    python3 "$here/best_of.py" --median "$base/$series-$c.txt" "${rounds[@]}" || true
+  for name in $(cd "$base" && ls round*/*-"$c".txt 2>/dev/null | xargs -rn1 basename | sort -u); do
+    python3 "$here/best_of.py" --median "$base/$name" "$base"/round*/"$name" || true
   done
 done
 

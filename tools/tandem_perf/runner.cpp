@@ -198,8 +198,15 @@ Measurement Runner::measure(const Shape& s, DataType t, ReduceOp op, bool in_pla
   std::vector<double> all(iters * static_cast<std::size_t>(world_));
   comm_.allgather(BufferView::of(std::span<double>(times)), BufferView::of(std::span<double>(all)));
   std::vector<double> slowest(iters, 0.0);
-  for (std::size_t r = 0; r < static_cast<std::size_t>(world_); ++r)
-    for (std::size_t i = 0; i < iters; ++i) slowest[i] = std::max(slowest[i], all[r * iters + i]);
+  double slowest_loop = 0;  // a rank's timed loop is the sum of its iterations
+  for (std::size_t r = 0; r < static_cast<std::size_t>(world_); ++r) {
+    double loop = 0;
+    for (std::size_t i = 0; i < iters; ++i) {
+      slowest[i] = std::max(slowest[i], all[r * iters + i]);
+      loop += all[r * iters + i];
+    }
+    slowest_loop = std::max(slowest_loop, loop);
+  }
   double sum = 0;
   for (double x : slowest) sum += x;
   m.mean_us = sum / static_cast<double>(iters);
@@ -207,10 +214,7 @@ Measurement Runner::measure(const Shape& s, DataType t, ReduceOp op, bool in_pla
   m.p50_us = slowest[(iters - 1) / 2];
   m.p99_us = slowest[(iters * 99 + 99) / 100 - 1];
   m.max_us = slowest.back();
-  double loop = std::chrono::duration<double, std::micro>(stamps[iters] - stamps[0]).count() /
-                static_cast<double>(iters);
-  comm_.allreduce(BufferView::of(std::span<double>(&loop, 1)), ReduceOp::max);
-  m.loop_us = loop;
+  m.loop_us = slowest_loop / static_cast<double>(iters);
   m.algbw = m.mean_us > 0 ? static_cast<double>(row_bytes) / (m.mean_us * 1e3) : 0;
   m.busbw = m.algbw * bus_factor(options_.bench, world_);
   m.valid = true;
