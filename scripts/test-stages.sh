@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The stages of `make test` after the main build: its test suite, the suite under ASan+UBSan,
 # the threaded tests under TSan, and every fuzzer for a bounded time. Each stage prints its
-# own result and times; the last line counts every test and fuzzer of the stages run:
+# own result and times; the tests that failed are named again at the end, with the first lines
+# of their failures; the last line counts every test and fuzzer of the stages run:
 # "N passed, N failed". Exits non-zero when anything failed (a build failure counts as one).
 #
 #   scripts/test-stages.sh [main] [asan] [tsan] [fuzz]     (default: all four)
@@ -28,6 +29,8 @@ stages=("$@")
 passed=0
 failed=0
 summary=()
+failures=()  # "stage: test (Failed|Timeout|...)" for each test that failed, repeated at the end
+excerpts=()  # the first gtest failure messages of each stage's log
 
 now() { date +%s; }
 
@@ -46,6 +49,15 @@ count_ctest() {
   t=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\2/' <<<"$line")
   passed=$((passed + t - f))
   failed=$((failed + f))
+  # ctest lists them after "The following tests FAILED:" as "<tab>  12 - Suite.Name (Failed)".
+  local name
+  while IFS= read -r name; do
+    failures+=("$stage: $name")
+  done < <(sed -n '/The following tests FAILED:/,$p' "$log" |
+    sed -nE 's/^[[:space:]]+[0-9]+ - (.+)$/\1/p')
+  [ "$f" -eq 0 ] || excerpts+=("$(grep -E -m3 -A4 \
+    ': Failure$|runtime error|WARNING: ThreadSanitizer|ERROR: AddressSanitizer' "$log" |
+    grep -vE '^$|tests passed, |^ *[0-9]+/[0-9]+ Test +#|^ *Start +[0-9]+:' | head -15)")
 }
 
 configure() {  # dir, then cmake options
@@ -150,6 +162,7 @@ stage_fuzz() {
       echo "fuzz $name: passed, ${execs:-?} inputs in $FUZZ_SECONDS s"
     else
       failed=$((failed + 1))
+      failures+=("fuzz: $name")
       echo "fuzz $name: FAILED (log: $dir/$name.log, input in $dir/artifacts/)"
       grep -E -A30 "^==[0-9]+==ERROR|runtime error|deadly signal" "$dir/$name.log" | head -60
     fi
@@ -170,5 +183,11 @@ for s in "${stages[@]}"; do
   echo "=== stage $s took $(($(now) - t0)) s"
 done
 for line in "${summary[@]}"; do echo "  $line"; done
+# The failed tests again, so that the end of a long log names them (their output is above).
+if [ ${#failures[@]} -gt 0 ]; then
+  echo "failed:"
+  for line in "${failures[@]}"; do echo "  $line"; done
+  for line in "${excerpts[@]}"; do [ -z "$line" ] || echo "$line"; done
+fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
