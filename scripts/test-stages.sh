@@ -30,7 +30,7 @@ passed=0
 failed=0
 summary=()
 failures=()  # "stage: test (Failed|Timeout|...)" for each test that failed, repeated at the end
-excerpts=()  # the first gtest failure messages of each stage's log
+excerpts=()  # per stage with failures: its first gtest failures and sanitizer reports
 
 now() { date +%s; }
 
@@ -41,6 +41,7 @@ count_ctest() {
   line=$(grep -E "tests passed, [0-9]+ tests? failed out of [0-9]+" "$log" | tail -1)
   if [ -z "$line" ]; then
     failed=$((failed + 1))
+    failures+=("$stage: ctest gave no summary (its output is above)")
     echo "$stage: ctest gave no summary" >&2
     return
   fi
@@ -53,8 +54,7 @@ count_ctest() {
   local name
   while IFS= read -r name; do
     failures+=("$stage: $name")
-  done < <(sed -n '/The following tests FAILED:/,$p' "$log" |
-    sed -nE 's/^[[:space:]]+[0-9]+ - (.+)$/\1/p')
+  done < <(sed -nE '/The following tests FAILED:/,$ s/^[[:space:]]+[0-9]+ - (.+)$/\1/p' "$log")
   [ "$f" -eq 0 ] || excerpts+=("$(grep -E -m3 -A4 \
     ': Failure$|runtime error|WARNING: ThreadSanitizer|ERROR: AddressSanitizer' "$log" |
     grep -vE '^$|tests passed, |^ *[0-9]+/[0-9]+ Test +#|^ *Start +[0-9]+:' | head -15)")

@@ -105,7 +105,7 @@ class Ring {
   Event& open_event() noexcept { return events_[static_cast<std::size_t>(head_ % slots_)]; }
   /// Ends the open event at `end` (a non-empty `error` marks it failed) and commits it.
   void close(Clock::time_point end, std::string_view error = {}) {
-    Event& e = events_[static_cast<std::size_t>(head_ % slots_)];
+    Event& e = open_event();
     e.end = end;
     if (!error.empty()) set_error(e, error);
     open_.store(false, std::memory_order_relaxed);

@@ -74,23 +74,18 @@ TEST(TandemrunTrace, StoppedJobShowsTheCollectiveRanksHangIn) {
   EXPECT_EQ(r.exit_code, 143) << r.err;
   EXPECT_NE(r.err.find("timeline of 3 ranks written"), std::string::npos) << r.err;
   const json trace = read_json(file);
-  std::map<int, std::vector<std::string>> names;  // each rank's spans, in the order written
-  std::map<int, json> last;
-  for (const auto& e : trace.at("traceEvents")) {
-    if (e.at("ph") != "X") continue;
-    const int pid = e.at("pid").get<int>();
-    names[pid].push_back(e.at("name"));
-    last[pid] = e;
-  }
+  std::map<int, std::vector<json>> spans;  // each rank's spans, in the order written
+  for (const auto& e : trace.at("traceEvents"))
+    if (e.at("ph") == "X") spans[e.at("pid").get<int>()].push_back(e);
   for (const int rank : {0, 2}) {
     SCOPED_TRACE(::testing::Message() << "rank " << rank);
-    ASSERT_EQ(names[rank].size(), 6u);
-    EXPECT_EQ(names[rank].back(), "allreduce #5");
-    const json& args = last[rank].at("args");
+    ASSERT_EQ(spans[rank].size(), 6u);
+    EXPECT_EQ(spans[rank].back().at("name"), "allreduce #5");
+    const json& args = spans[rank].back().at("args");
     EXPECT_TRUE(args.value("unfinished", false) || args.contains("error")) << args.dump();
   }
   // Rank 1 waits in pause(): only the stop signal's writer can have written its part.
-  EXPECT_EQ(names[1].size(), 5u) << "rank 1 completed allreduce #0-#4 and never entered #5";
+  EXPECT_EQ(spans[1].size(), 5u) << "rank 1 completed allreduce #0-#4 and never entered #5";
 }
 
 TEST(TandemrunTrace, MergeTraceJoinsLeftoverParts) {
