@@ -11,6 +11,7 @@ packages=(
   iproute2 procps clang-format
   clang libclang-rt-14-dev llvm  # libFuzzer (make fuzz), llvm-symbolizer for sanitizer reports
   python3-torch libtorch-dev dataset-fashion-mnist
+  python3-dev python3-pybind11 python3-pytest  # the torch.distributed backend and its tests
 )
 [ "${1:-}" = "--list" ] && { printf '%s\n' "${packages[@]}"; exit 0; }
 

@@ -8,8 +8,10 @@
 #include <atomic>
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace tandem {
 
@@ -33,6 +35,13 @@ class Work {
   bool is_completed() const noexcept { return test(); }
   /// The failure, or nullptr while pending or after success.
   std::exception_ptr error() const;
+  /// Runs `fn` once the operation has completed or failed: on the thread that completes it,
+  /// after waiters were woken, or at once on this thread when it already has. Callbacks run
+  /// in the order they were added. `fn` must be quick and must not wait for later operations
+  /// of the same communicator (it may run on the communicator's worker thread); it must not
+  /// throw. This is how bindings chain completion (copy-back, futures) without a thread of
+  /// their own per operation.
+  void on_complete(std::function<void()> fn);
 
   /// Called by the runtime exactly once.
   void mark_done();
@@ -47,6 +56,7 @@ class Work {
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::exception_ptr error_;
+  std::vector<std::function<void()>> callbacks_;
   Clock::duration default_timeout_ = std::chrono::minutes(10);
   friend class Communicator;
 };

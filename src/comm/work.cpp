@@ -39,24 +39,41 @@ std::exception_ptr Work::error() const {
   return error_;
 }
 
+void Work::on_complete(std::function<void()> fn) {
+  {
+    std::lock_guard lock(mutex_);
+    if (state_.load(std::memory_order_relaxed) == State::pending) {
+      callbacks_.push_back(std::move(fn));
+      return;
+    }
+  }
+  fn();
+}
+
 void Work::mark_done() {
+  std::vector<std::function<void()>> callbacks;
   {
     std::lock_guard lock(mutex_);
     if (state_.load(std::memory_order_relaxed) != State::pending) return;
     state_.store(State::done, std::memory_order_release);
+    callbacks.swap(callbacks_);
   }
   cv_.notify_all();
+  for (auto& fn : callbacks) fn();
 }
 
 void Work::mark_failed(std::exception_ptr error) {
+  std::vector<std::function<void()>> callbacks;
   {
     std::lock_guard lock(mutex_);
     if (state_.load(std::memory_order_relaxed) != State::pending) return;
     error_ = error ? std::move(error)
                    : std::make_exception_ptr(Error(ErrorCode::Internal, "operation failed"));
     state_.store(State::failed, std::memory_order_release);
+    callbacks.swap(callbacks_);
   }
   cv_.notify_all();
+  for (auto& fn : callbacks) fn();
 }
 
 std::string Work::describe() const {

@@ -1,0 +1,66 @@
+// The Python extension tandem._backend: creates process groups of backend "tandem" and turns
+// tandem's errors into the Python exceptions of tandem.torch (RuntimeError subclasses, torch's
+// DistBackendError where it exists), with tandem's message unchanged.
+
+#include "python/process_group_torch1.hpp"
+#include "python/store_adapter.hpp"
+
+#include <tandem/error.hpp>
+
+#include <torch/csrc/utils/pybind.h>
+
+#include <pybind11/chrono.h>
+
+namespace py = pybind11;
+
+namespace tandem::python {
+namespace {
+
+void translate_errors() {
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& e) {
+      // The classes live in tandem/torch.py, so that Python code can name and catch them.
+      const py::object cls =
+          py::module_::import("tandem.torch").attr("error_class")(std::string(to_string(e.code())));
+      PyErr_SetString(cls.ptr(), e.what());
+    }
+  });
+}
+
+}  // namespace
+}  // namespace tandem::python
+
+PYBIND11_MODULE(_backend, m) {
+  using tandem::python::ProcessGroupTandem;
+  m.doc() = "tandem's torch.distributed backend (import tandem.torch to register it)";
+  // torch.distributed registers c10d::ProcessGroup and c10d::Store with pybind11 first.
+  py::module_::import("torch.distributed");
+  tandem::python::translate_errors();
+
+  py::class_<ProcessGroupTandem, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupTandem>>(
+      m, "ProcessGroupTandem")
+      .def(
+          "_shutdown", [](ProcessGroupTandem& pg) { pg.group().shutdown(); },
+          py::call_guard<py::gil_scoped_release>(),
+          "Closes the communicator (the peers are told this rank left on purpose)")
+      .def(
+          "_transport_to",
+          [](ProcessGroupTandem& pg, int peer) {
+            return std::string(pg.group().comm()->transport_to(peer));
+          },
+          "How this rank reaches `peer`: shm, tcp or self");
+
+  m.def(
+      "create",
+      [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+         std::chrono::milliseconds timeout) {
+        return c10::make_intrusive<ProcessGroupTandem>(
+            std::make_shared<tandem::python::C10dStore>(store), rank, size, timeout);
+      },
+      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+      py::call_guard<py::gil_scoped_release>(),
+      "A process group of backend 'tandem' over the torch.distributed store (blocks until "
+      "every rank joined)");
+}

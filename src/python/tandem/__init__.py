@@ -1,0 +1,1 @@
+"""tandem for Python: `import tandem.torch` registers the torch.distributed backend "tandem"."""

@@ -1,0 +1,86 @@
+"""The torch.distributed backend "tandem".
+
+    import tandem.torch                      # registers the backend
+    dist.init_process_group("tandem")         # env://, tcp://, file://, timeout=, new_group()
+
+Collectives run on tandem's communicator: shared memory between the ranks of one host, TCP
+between hosts, the fastest algorithm per call. Failures raise TandemError (a RuntimeError,
+torch's DistBackendError where it exists) with tandem's message: which collective, which rank
+was lost or stalled, and what to do.
+"""
+
+import atexit
+import weakref
+
+import torch.distributed as dist
+
+from tandem import _backend
+
+BACKEND = "tandem"
+
+_Base = getattr(dist, "DistBackendError", RuntimeError)
+
+
+class TandemError(_Base):
+    """A collective of backend "tandem" failed; str() is tandem's report."""
+
+    code = "Internal"
+
+
+class PeerLostError(TandemError):
+    """A rank of the group died or closed its connections."""
+
+    code = "PeerLost"
+
+
+class CollectiveTimeoutError(TandemError):
+    """A collective passed its deadline (init_process_group's timeout=, or wait(timeout))."""
+
+    code = "Timeout"
+
+
+class MismatchError(TandemError):
+    """The ranks called different collectives, sizes or dtypes."""
+
+    code = "Mismatch"
+
+
+class AbortedError(TandemError):
+    """The group was aborted or shut down (by this rank or a peer)."""
+
+    code = "Aborted"
+
+
+class InvalidArgumentError(TandemError):
+    """The call cannot run as given (unsupported dtype or op, wrong sizes)."""
+
+    code = "InvalidArgument"
+
+
+_CLASSES = {c.code: c for c in (PeerLostError, CollectiveTimeoutError, MismatchError,
+                                AbortedError, InvalidArgumentError)}
+
+
+def error_class(code):
+    """The exception class for a tandem error code (used by the extension)."""
+    return _CLASSES.get(code, TandemError)
+
+
+_groups = weakref.WeakSet()
+
+
+def _create(store, rank, size, timeout):
+    pg = _backend.create(store, rank, size, timeout)
+    _groups.add(pg)
+    return pg
+
+
+@atexit.register
+def _close_groups():
+    # A normal interpreter exit is a goodbye, not a lost peer: the other ranks are told.
+    for pg in list(_groups):
+        pg._shutdown()
+
+
+if BACKEND.upper() not in dist.Backend._plugins:
+    dist.Backend.register_backend(BACKEND, _create)

@@ -1,0 +1,169 @@
+#include "python/tensors.hpp"
+
+#include <tandem/error.hpp>
+
+#include <fmt/format.h>
+
+namespace tandem::python {
+namespace {
+
+std::optional<DataType> tandem_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+      return DataType::f32;
+    case at::kDouble:
+      return DataType::f64;
+    case at::kHalf:
+      return DataType::f16;
+    case at::kBFloat16:
+      return DataType::bf16;
+    case at::kChar:
+      return DataType::i8;
+    case at::kByte:
+    case at::kBool:
+      return DataType::u8;
+    case at::kInt:
+      return DataType::i32;
+    case at::kLong:
+      return DataType::i64;
+    default:
+      return std::nullopt;
+  }
+}
+
+std::string_view op_name(c10d::ReduceOp::RedOpType op) {
+  switch (op) {
+    case c10d::ReduceOp::SUM:
+      return "SUM";
+    case c10d::ReduceOp::AVG:
+      return "AVG";
+    case c10d::ReduceOp::PRODUCT:
+      return "PRODUCT";
+    case c10d::ReduceOp::MIN:
+      return "MIN";
+    case c10d::ReduceOp::MAX:
+      return "MAX";
+    case c10d::ReduceOp::BAND:
+      return "BAND";
+    case c10d::ReduceOp::BOR:
+      return "BOR";
+    case c10d::ReduceOp::BXOR:
+      return "BXOR";
+    case c10d::ReduceOp::PREMUL_SUM:
+      return "PREMUL_SUM";
+    default:
+      return "an unknown ReduceOp";
+  }
+}
+
+}  // namespace
+
+void check_tensor(const at::Tensor& t, std::string_view collective) {
+  TANDEM_CHECK_ARG(t.defined(), "{}: a tensor is undefined (None)", collective);
+  TANDEM_CHECK_ARG(t.layout() == at::kStrided,
+                   "{}: tensor layout {} is not supported; backend 'tandem' takes dense tensors "
+                   "(convert sparse tensors with .to_dense())",
+                   collective, c10::str(t.layout()));
+  TANDEM_CHECK_ARG(t.device().is_cpu(),
+                   "{}: a tensor on {} reached backend 'tandem', which takes CPU tensors in this "
+                   "build; move it with .cpu(), or use backend 'nccl' for CUDA tensors",
+                   collective, t.device().str());
+}
+
+BufferView view_of(const at::Tensor& t, bool reducing, std::string_view collective) {
+  check_tensor(t, collective);
+  TANDEM_CHECK(t.is_contiguous(), "{}: a staged tensor is not contiguous", collective);
+  const auto st = t.scalar_type();
+  if (st == at::kComplexFloat || st == at::kComplexDouble) {
+    return {t.data_ptr(), static_cast<std::size_t>(t.numel()) * 2,
+            st == at::kComplexFloat ? DataType::f32 : DataType::f64, Device::cpu()};
+  }
+  if (auto d = tandem_dtype(st)) return {t.data_ptr(), static_cast<std::size_t>(t.numel()), *d};
+  TANDEM_CHECK_ARG(!reducing,
+                   "{}: backend 'tandem' cannot reduce tensors of dtype {}; it reduces float32, "
+                   "float64, float16, bfloat16, int8, uint8, int32, int64, bool and complex (SUM, "
+                   "AVG): convert the tensor, e.g. .to(torch.int32)",
+                   collective, c10::toString(st));
+  return {t.data_ptr(), static_cast<std::size_t>(t.nbytes()), DataType::u8, Device::cpu()};
+}
+
+ReduceOp reduce_op_of(const c10d::ReduceOp& op, at::ScalarType t, std::string_view collective) {
+  const auto kind = op.op_;
+  if (t == at::kBool) {
+    // Logical reductions: or and and, as bytes holding 0 or 1.
+    switch (kind) {
+      case c10d::ReduceOp::SUM:
+      case c10d::ReduceOp::MAX:
+      case c10d::ReduceOp::BOR:
+        return ReduceOp::max;
+      case c10d::ReduceOp::PRODUCT:
+      case c10d::ReduceOp::MIN:
+      case c10d::ReduceOp::BAND:
+        return ReduceOp::min;
+      default:
+        break;
+    }
+    TANDEM_THROW(ErrorCode::InvalidArgument,
+                 "{}: ReduceOp.{} of bool tensors is not supported by backend 'tandem'; use SUM "
+                 "or BOR (logical or), PRODUCT or BAND (logical and), MIN or MAX",
+                 collective, op_name(kind));
+  }
+  const bool complex = t == at::kComplexFloat || t == at::kComplexDouble;
+  const bool integral = at::isIntegralType(t, /*includeBool=*/false);
+  switch (kind) {
+    case c10d::ReduceOp::SUM:
+      return ReduceOp::sum;
+    case c10d::ReduceOp::AVG:
+      TANDEM_CHECK_ARG(!integral,
+                       "{}: ReduceOp.AVG of {} tensors is not supported by backend 'tandem' (the "
+                       "average of integers is not an integer); reduce with SUM and divide, or "
+                       "convert to a floating type",
+                       collective, c10::toString(t));
+      return ReduceOp::avg;
+    case c10d::ReduceOp::PRODUCT:
+    case c10d::ReduceOp::MIN:
+    case c10d::ReduceOp::MAX:
+      TANDEM_CHECK_ARG(!complex,
+                       "{}: ReduceOp.{} of complex tensors is not defined; backend 'tandem' "
+                       "reduces complex tensors with SUM and AVG",
+                       collective, op_name(kind));
+      return kind == c10d::ReduceOp::PRODUCT ? ReduceOp::prod
+             : kind == c10d::ReduceOp::MIN   ? ReduceOp::min
+                                             : ReduceOp::max;
+    default:
+      break;
+  }
+  TANDEM_THROW(ErrorCode::InvalidArgument,
+               "{}: ReduceOp.{} is not supported by backend 'tandem' for {} tensors; it has SUM, "
+               "AVG, PRODUCT, MIN and MAX (and BAND/BOR for bool tensors)",
+               collective, op_name(kind), c10::toString(t));
+}
+
+void check_same_layout(const std::vector<at::Tensor>& list, const at::Tensor& like,
+                       std::string_view what, std::string_view collective) {
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    check_tensor(list[i], collective);
+    TANDEM_CHECK_ARG(list[i].scalar_type() == like.scalar_type() && list[i].numel() == like.numel(),
+                     "{}: {}[{}] is {} x {} where {} x {} was expected (every tensor of the list "
+                     "must match the input's dtype and size)",
+                     collective, what, i, c10::toString(list[i].scalar_type()), list[i].numel(),
+                     c10::toString(like.scalar_type()), like.numel());
+  }
+}
+
+at::Tensor flatten(const std::vector<at::Tensor>& list) {
+  std::vector<at::Tensor> flat;
+  flat.reserve(list.size());
+  for (const auto& t : list) flat.push_back(t.reshape({-1}));
+  return at::cat(flat);
+}
+
+void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& list) {
+  std::int64_t offset = 0;
+  for (const auto& t : list) {
+    t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
+    offset += t.numel();
+  }
+}
+
+}  // namespace tandem::python

@@ -1,0 +1,51 @@
+#pragma once
+// From torch tensors and c10d options to tandem's vocabulary: element types, reduction
+// operations and BufferViews, with a staging copy for tensors that are not contiguous.
+
+#include <tandem/types.hpp>
+
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include <ATen/ATen.h>
+#include <string_view>
+#include <vector>
+
+namespace tandem::python {
+
+/// Throws Error(InvalidArgument) unless `t` is a dense CPU tensor (CUDA tensors are refused
+/// with the reason until the GPU path exists).
+void check_tensor(const at::Tensor& t, std::string_view collective);
+
+/// tandem's view of a contiguous tensor's elements. For reductions (`reducing`): bool is u8
+/// (reduced with min/max), complex is its real and imaginary parts (f32/f64, twice the count);
+/// element types tandem cannot reduce throw. For moves, types tandem lacks travel as bytes.
+BufferView view_of(const at::Tensor& t, bool reducing, std::string_view collective);
+
+/// tandem's operation for c10d's `op` on elements of type `t`; throws Error(InvalidArgument)
+/// naming what is supported when tandem has no such reduction (bitwise ops on numbers,
+/// PREMUL_SUM, AVG of integers, anything but SUM/AVG on complex numbers).
+ReduceOp reduce_op_of(const c10d::ReduceOp& op, at::ScalarType t, std::string_view collective);
+
+/// A tensor as tandem writes or reads it: the user's tensor itself when it is contiguous,
+/// else a contiguous copy whose result is copied back on success.
+struct Staged {
+  at::Tensor user;
+  at::Tensor buffer;
+  static Staged of(const at::Tensor& t) { return {t, t.is_contiguous() ? t : t.contiguous()}; }
+  bool copied() const { return !buffer.is_same(user); }
+  void copy_back() const {
+    if (copied()) user.copy_(buffer);
+  }
+};
+
+/// Every tensor of `list` has the dtype and shape of `like`, or Error(InvalidArgument).
+void check_same_layout(const std::vector<at::Tensor>& list, const at::Tensor& like,
+                       std::string_view what, std::string_view collective);
+
+/// A contiguous tensor of `list` laid end to end (a copy).
+at::Tensor flatten(const std::vector<at::Tensor>& list);
+
+/// Copies consecutive slices of `flat` into the tensors of `list` (sizes from `list`).
+void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& list);
+
+}  // namespace tandem::python

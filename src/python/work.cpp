@@ -1,0 +1,176 @@
+#include "python/work.hpp"
+
+#include <tandem/error.hpp>
+
+#include <ATen/core/ivalue.h>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+namespace tandem::python {
+namespace {
+
+// One thread per process that completes futures (and so runs their callbacks). Never
+// destroyed: at interpreter exit it may sit in a wait, and a static destructor joining it
+// could block the exit.
+class Completer {
+ public:
+  static Completer& get() {
+    static Completer* completer = new Completer();
+    return *completer;
+  }
+  void post(std::function<void()> fn) {
+    {
+      std::lock_guard lock(mutex_);
+      queue_.push_back(std::move(fn));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  Completer() {
+    std::thread([this] {
+      for (;;) {
+        std::function<void()> fn;
+        {
+          std::unique_lock lock(mutex_);
+          cv_.wait(lock, [&] { return !queue_.empty(); });
+          fn = std::move(queue_.front());
+          queue_.pop_front();
+        }
+        fn();
+      }
+    }).detach();
+  }
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+};
+
+}  // namespace
+
+TandemWork::TandemWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
+                       std::chrono::milliseconds timeout)
+    : c10d::Work(rank, type), outputs_(std::move(outputs)), timeout_(timeout) {}
+
+void TandemWork::track(std::vector<std::shared_ptr<tandem::Work>> parts,
+                       std::function<void()> on_success, std::vector<at::Tensor> keep) {
+  parts_ = std::move(parts);
+  on_success_ = std::move(on_success);
+  keep_ = std::move(keep);
+  if (parts_.empty()) {
+    complete_now();
+    return;
+  }
+  remaining_.store(static_cast<int>(parts_.size()), std::memory_order_release);
+  // Each callback keeps this work (and so the tensors) alive until the part completed.
+  for (const auto& part : parts_) {
+    auto self = c10::intrusive_ptr<TandemWork>::unsafe_reclaim_from_nonowning(this);
+    part->on_complete([self, part] { self->part_completed(part); });
+  }
+}
+
+void TandemWork::complete_now() {
+  remaining_.store(1, std::memory_order_release);
+  part_completed(nullptr);
+}
+
+void TandemWork::part_completed(const std::shared_ptr<tandem::Work>& part) {
+  if (part) {
+    if (auto e = part->error()) {
+      std::lock_guard lock(mutex_);
+      if (!first_error_) first_error_ = e;
+    }
+  }
+  if (remaining_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  std::exception_ptr error;
+  {
+    std::lock_guard lock(mutex_);
+    error = first_error_;
+  }
+  if (!error && on_success_) {
+    try {
+      on_success_();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  on_success_ = nullptr;
+  keep_.clear();
+  finish(error);
+  bool requested;
+  {
+    std::lock_guard lock(mutex_);
+    requested = future_requested_;
+  }
+  if (requested) {
+    auto self = c10::intrusive_ptr<TandemWork>::unsafe_reclaim_from_nonowning(this);
+    Completer::get().post([self] { self->complete_future(); });
+  }
+}
+
+bool TandemWork::isCompleted() {
+  std::lock_guard lock(mutex_);
+  return completed_;
+}
+
+bool TandemWork::isSuccess() const {
+  std::lock_guard lock(mutex_);
+  return completed_ && !exception_;
+}
+
+std::exception_ptr TandemWork::exception() const {
+  std::lock_guard lock(mutex_);
+  return exception_;
+}
+
+bool TandemWork::wait(std::chrono::milliseconds timeout) {
+  const Deadline deadline = deadline_in(timeout.count() > 0 ? timeout : timeout_);
+  // tandem's own waits: they rethrow a part's error, or say which operation missed the
+  // deadline.
+  for (const auto& part : parts_) part->wait(deadline);
+  std::unique_lock lock(mutex_);
+  if (!cv_.wait_until(lock, deadline, [&] { return completed_; })) {
+    TANDEM_THROW(ErrorCode::Timeout,
+                 "a collective of backend 'tandem' completed but its results were not copied "
+                 "back by the deadline of wait()");
+  }
+  if (exception_) std::rethrow_exception(exception_);
+  return true;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> TandemWork::getFuture() {
+  bool done;
+  {
+    std::lock_guard lock(mutex_);
+    if (!future_) {
+      future_ =
+          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+    }
+    future_requested_ = true;
+    done = completed_;
+  }
+  if (done) complete_future();
+  return future_;
+}
+
+void TandemWork::complete_future() {
+  if (future_completed_.exchange(true)) return;
+  std::exception_ptr error;
+  {
+    std::lock_guard lock(mutex_);
+    error = exception_;
+  }
+  if (error) {
+    future_->setError(error);
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+}
+
+std::vector<at::Tensor> TandemWork::result() {
+  return outputs_;
+}
+
+}  // namespace tandem::python

@@ -1,0 +1,60 @@
+#pragma once
+// The c10d Work of a tandem collective: it completes when every tandem Work behind it has
+// (an uneven all_to_all is several sends and receives), after staged results were copied
+// back into the user's tensors. Its future, which DDP's reducer and communication hooks
+// chain on, is completed on a thread of its own, so that a hook that waits for a second
+// collective inside a callback (PowerSGD does) cannot block tandem's worker thread.
+
+#include <tandem/work.hpp>
+
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tandem::python {
+
+class TandemWork final : public c10d::Work {
+ public:
+  /// `outputs`: what result() and the future's value hold. `timeout`: the deadline of
+  /// wait() without one (the process group's timeout).
+  TandemWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
+             std::chrono::milliseconds timeout);
+
+  /// Starts tracking: the work completes when every one of `parts` has; `on_success` then
+  /// runs once (copy-back) before it does. `keep` holds tensors the operations read or write
+  /// until then. Call once, after every part was submitted.
+  void track(std::vector<std::shared_ptr<tandem::Work>> parts, std::function<void()> on_success,
+             std::vector<at::Tensor> keep = {});
+  /// A work that completed already (nothing to communicate).
+  void complete_now();
+
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::exception_ptr exception() const override;
+  bool wait(std::chrono::milliseconds timeout) override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  std::vector<at::Tensor> result() override;
+  void synchronize() override {}
+
+ private:
+  void part_completed(const std::shared_ptr<tandem::Work>& part);
+  void complete_future();
+
+  std::vector<at::Tensor> outputs_;
+  std::chrono::milliseconds timeout_;
+  std::vector<std::shared_ptr<tandem::Work>> parts_;
+  std::function<void()> on_success_;
+  std::vector<at::Tensor> keep_;
+  std::atomic<int> remaining_{0};
+  std::exception_ptr first_error_;  // guarded by mutex_ (the base class's)
+  bool future_requested_ = false;   // guarded by mutex_
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::atomic<bool> future_completed_{false};
+};
+
+}  // namespace tandem::python
