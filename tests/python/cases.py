@@ -1,0 +1,346 @@
+"""Every collective of torch.distributed x dtype x op x awkward size, as named cases. Each case
+runs on every rank and checks the result against a reference the rank computes itself, from
+the inputs every rank is known to give (no communication in the reference)."""
+
+import torch
+import torch.distributed as dist
+
+DTYPES = {
+    "float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+    "bfloat16": torch.bfloat16, "int8": torch.int8, "uint8": torch.uint8,
+    "int32": torch.int32, "int64": torch.int64, "bool": torch.bool,
+    "complex64": torch.complex64,
+}
+OPS = {"SUM": dist.ReduceOp.SUM, "PRODUCT": dist.ReduceOp.PRODUCT, "MIN": dist.ReduceOp.MIN,
+       "MAX": dist.ReduceOp.MAX, "AVG": dist.ReduceOp.AVG}
+SIZES = [0, 1, 7, 1031]
+
+
+def values(rank, n, dtype, op="SUM"):
+    """Rank `rank`'s input: small integers, so that every sum and product is exact in every
+    dtype (products stay in 1..2)."""
+    i = torch.arange(n, dtype=torch.int64)
+    if dtype == torch.bool:
+        return ((i + rank) % 3 == 0)
+    if op == "PRODUCT":
+        base = 1 + (i + rank) % 2
+    else:
+        base = (i * 7 + rank * 3) % 11 + 1
+    if dtype.is_complex:
+        return torch.complex(base.double(), -base.double()).to(dtype)
+    return base.to(dtype)
+
+
+def reference(world, n, dtype, op):
+    """The reduction of every rank's input, computed here in float64/int64/bool."""
+    if dtype == torch.bool:
+        xs = torch.stack([values(r, n, dtype) for r in range(world)])
+        return xs.any(0) if op in ("SUM", "MAX") else xs.all(0)
+    wide = torch.complex128 if dtype.is_complex else (
+        torch.float64 if dtype.is_floating_point else torch.int64)
+    xs = torch.stack([values(r, n, dtype, op).to(wide) for r in range(world)])
+    if op == "SUM":
+        out = xs.sum(0)
+    elif op == "AVG":
+        out = xs.sum(0) / world
+    elif op == "PRODUCT":
+        out = xs.prod(0)
+    elif op == "MIN":
+        out = xs.min(0).values
+    else:
+        out = xs.max(0).values
+    return out.to(dtype)
+
+
+def check(got, want, what):
+    if got.dtype != want.dtype or got.shape != want.shape:
+        raise AssertionError(f"{what}: got {got.dtype} {tuple(got.shape)}, "
+                             f"want {want.dtype} {tuple(want.shape)}")
+    tol = {torch.float16: 1e-2, torch.bfloat16: 2e-2}.get(want.dtype, 1e-6)
+    if want.dtype == torch.bool or not (want.dtype.is_floating_point or want.dtype.is_complex):
+        ok = torch.equal(got, want)
+    else:
+        ok = torch.allclose(got.to(torch.complex128 if want.dtype.is_complex else torch.float64),
+                            want.to(torch.complex128 if want.dtype.is_complex else torch.float64),
+                            rtol=tol, atol=tol)
+    if not ok:
+        bad = (got != want).nonzero()[:3].flatten().tolist()
+        raise AssertionError(f"{what}: wrong values at {bad}: got {got.flatten()[:6].tolist()} "
+                             f"want {want.flatten()[:6].tolist()}")
+
+
+def supported(dtype, op):
+    """Whether tandem reduces `dtype` with `op` (the others must fail with a clear error)."""
+    if dtype == torch.bool:
+        return op in ("SUM", "PRODUCT", "MIN", "MAX")
+    if dtype.is_complex:
+        return op in ("SUM", "AVG")
+    if op == "AVG":
+        return dtype.is_floating_point
+    return True
+
+
+def _all_reduce(dt, op, n):
+    def run(rank, world):
+        dtype = DTYPES[dt]
+        t = values(rank, n, dtype, op)
+        if not supported(dtype, op):
+            try:
+                dist.all_reduce(t, op=OPS[op])
+            except RuntimeError as e:
+                if any(s in str(e) for s in ("not supported", "not defined", "does not support")):
+                    return
+                raise
+            raise AssertionError(f"all_reduce {op} of {dt} was expected to be refused")
+        dist.all_reduce(t, op=OPS[op])
+        check(t, reference(world, n, dtype, op), f"all_reduce {op} {dt} x {n}")
+    return run
+
+
+def _broadcast(dt, n, root_last):
+    def run(rank, world):
+        dtype = DTYPES[dt]
+        root = world - 1 if root_last else 0
+        t = values(rank, n, dtype)
+        dist.broadcast(t, src=root)
+        check(t, values(root, n, dtype), f"broadcast {dt} x {n} from {root}")
+    return run
+
+
+def _reduce(dt, op, n):
+    def run(rank, world):
+        dtype = DTYPES[dt]
+        root = world - 1
+        t = values(rank, n, dtype, op)
+        dist.reduce(t, dst=root, op=OPS[op])
+        if rank == root:
+            check(t, reference(world, n, dtype, op), f"reduce {op} {dt} x {n}")
+    return run
+
+
+def _all_gather(dt, n):
+    def run(rank, world):
+        dtype = DTYPES[dt]
+        out = [torch.zeros(n, dtype=dtype) for _ in range(world)]
+        dist.all_gather(out, values(rank, n, dtype))
+        for r in range(world):
+            check(out[r], values(r, n, dtype), f"all_gather {dt} x {n} block {r}")
+        flat = torch.zeros(world * n, dtype=dtype)
+        dist.all_gather_into_tensor(flat, values(rank, n, dtype))
+        check(flat, torch.cat([values(r, n, dtype) for r in range(world)]),
+              f"all_gather_into_tensor {dt} x {n}")
+    return run
+
+
+def _gather_scatter(dt, n):
+    def run(rank, world):
+        dtype = DTYPES[dt]
+        root = world - 1
+        out = [torch.zeros(n, dtype=dtype) for _ in range(world)] if rank == root else None
+        dist.gather(values(rank, n, dtype), gather_list=out, dst=root)
+        if rank == root:
+            for r in range(world):
+                check(out[r], values(r, n, dtype), f"gather {dt} x {n} block {r}")
+        got = torch.zeros(n, dtype=dtype)
+        src = [values(r + 5, n, dtype) for r in range(world)] if rank == 0 else None
+        dist.scatter(got, scatter_list=src, src=0)
+        check(got, values(rank + 5, n, dtype), f"scatter {dt} x {n}")
+    return run
+
+
+def _reduce_scatter(dt, op, n):
+    def run(rank, world):
+        dtype = DTYPES[dt]
+        full = [values(rank, world * n, dtype, op)]
+        want = reference(world, world * n, dtype, op)[rank * n:(rank + 1) * n]
+        out = torch.zeros(n, dtype=dtype)
+        dist.reduce_scatter_tensor(out, full[0], op=OPS[op])
+        check(out, want, f"reduce_scatter_tensor {op} {dt} x {n}")
+        out2 = torch.zeros(n, dtype=dtype)
+        dist.reduce_scatter(out2, list(full[0].split(n)) if n else
+                            [torch.zeros(0, dtype=dtype)] * world, op=OPS[op])
+        check(out2, want, f"reduce_scatter {op} {dt} x {n}")
+    return run
+
+
+def _all_to_all(dt, uneven):
+    def run(rank, world):
+        dtype = DTYPES[dt]
+        # Rank s sends (s + d) % 3 + (1 if uneven) rows of 2 to rank d; even: 3 rows each.
+        rows = (lambda s, d: (s + d) % 3 + 1) if uneven else (lambda s, d: 3)
+        send_rows = [rows(rank, d) for d in range(world)]
+        recv_rows = [rows(s, rank) for s in range(world)]
+        inp = torch.cat([values(rank * 10 + d, rows(rank, d) * 2, dtype).view(-1, 2)
+                         for d in range(world)])
+        want = torch.cat([values(s * 10 + rank, rows(s, rank) * 2, dtype).view(-1, 2)
+                          for s in range(world)])
+        out = torch.zeros(sum(recv_rows), 2, dtype=dtype)
+        if uneven:
+            dist.all_to_all_single(out, inp, recv_rows, send_rows)
+        else:
+            dist.all_to_all_single(out, inp)
+        check(out, want, f"all_to_all_single {dt} uneven={uneven}")
+        outs = [torch.zeros(r, 2, dtype=dtype) for r in recv_rows]
+        dist.all_to_all(outs, list(inp.split(send_rows)))
+        check(torch.cat(outs), want, f"all_to_all (lists) {dt} uneven={uneven}")
+    return run
+
+
+def _send_recv(dt, n):
+    def run(rank, world):
+        dtype = DTYPES[dt]
+        right, left = (rank + 1) % world, (rank - 1) % world
+        got = torch.zeros(n, dtype=dtype)
+        got7 = torch.zeros(n + 1, dtype=dtype)
+        # Receives posted before the sends; tandem matches a peer's messages in posting order
+        # (as NCCL does) and checks each tag.
+        reqs = [dist.irecv(got, src=left, tag=3), dist.irecv(got7, src=left, tag=7),
+                dist.isend(values(rank + 1, n, dtype), dst=right, tag=3),
+                dist.isend(values(rank, n + 1, dtype), dst=right, tag=7)]
+        for q in reqs:
+            q.wait()
+        check(got, values(left + 1, n, dtype), f"irecv tag 3 {dt} x {n}")
+        check(got7, values(left, n + 1, dtype), f"irecv tag 7 {dt} x {n + 1}")
+        # Blocking pairs: 0 -> 1, 2 -> 3, ... (the last rank of an odd world sits out).
+        if rank % 2 == 0 and rank + 1 < world:
+            dist.send(values(rank, n, dtype), dst=rank + 1)
+        if rank % 2 == 1:
+            t = torch.zeros(n, dtype=dtype)
+            dist.recv(t, src=left)
+            check(t, values(left, n, dtype), f"send/recv {dt} x {n}")
+        dist.barrier()
+    return run
+
+
+def _non_contiguous():
+    def run(rank, world):
+        base = values(rank, 24, torch.float32).view(4, 6)
+        t = base.t()  # 6 x 4, not contiguous
+        assert not t.is_contiguous()
+        dist.all_reduce(t)
+        check(t.contiguous(), reference(world, 24, torch.float32, "SUM").view(4, 6).t().contiguous(),
+              "all_reduce of a transposed tensor")
+        b = values(rank, 12, torch.float64).view(3, 4)[:, ::2]
+        dist.broadcast(b, src=0)
+        check(b.contiguous(), values(0, 12, torch.float64).view(3, 4)[:, ::2].contiguous(),
+              "broadcast of a strided slice")
+        out = torch.zeros(world * 3, 2).t()  # written through a staging copy
+        dist.all_gather_into_tensor(out, values(rank, 6, torch.float32))
+        check(out, torch.cat([values(r, 6, torch.float32) for r in range(world)])
+              .view(2, world * 3), "all_gather_into_tensor into a transposed tensor")
+    return run
+
+
+def _int16_moves():
+    def run(rank, world):
+        t = torch.arange(5, dtype=torch.int16) * (rank + 1) - 300
+        dist.broadcast(t, src=0)
+        check(t, torch.arange(5, dtype=torch.int16) - 300, "broadcast int16 (moved as bytes)")
+        try:
+            dist.all_reduce(torch.ones(3, dtype=torch.int16))
+        except RuntimeError as e:
+            assert "cannot reduce" in str(e), str(e)
+        else:
+            raise AssertionError("all_reduce of int16 was expected to be refused")
+    return run
+
+
+def _lists_and_coalesced():
+    def run(rank, world):
+        pg = dist.distributed_c10d._get_default_group()
+        a, b = values(rank, 5, torch.float32), values(rank + 1, 5, torch.float32)
+        pg.allreduce([a, b]).wait()
+        want = reference(world, 5, torch.float32, "SUM") + torch.stack(
+            [values(r + 1, 5, torch.float32) for r in range(world)]).sum(0)
+        check(a, want, "allreduce of a list of two tensors (first)")
+        check(b, want, "allreduce of a list of two tensors (second)")
+        xs = [values(rank, 3, torch.float64), values(rank, 4, torch.float64).view(2, 2)]
+        dist.all_reduce_coalesced(xs)
+        check(xs[0], reference(world, 3, torch.float64, "SUM"), "all_reduce_coalesced [0]")
+        check(xs[1], reference(world, 4, torch.float64, "SUM").view(2, 2),
+              "all_reduce_coalesced [1]")
+    return run
+
+
+def _async_work():
+    def run(rank, world):
+        t = values(rank, 1000, torch.float32)
+        w = dist.all_reduce(t, async_op=True)
+        fut = w.get_future()
+        chained = fut.then(lambda f: f.value()[0] * 2)
+        assert w.wait() is True
+        assert w.is_completed() and w.is_success()
+        want = reference(world, 1000, torch.float32, "SUM")
+        check(t, want, "async all_reduce")
+        check(chained.wait(), want * 2, "future.then of an async all_reduce")
+        assert torch.equal(w.result()[0], t)
+        # A future asked for after completion is completed at once.
+        w2 = dist.broadcast(torch.zeros(3), src=0, async_op=True)
+        w2.wait()
+        assert w2.get_future().done()
+    return run
+
+
+def _bitwise_refused():
+    def run(rank, world):
+        for op in (dist.ReduceOp.BXOR, dist.ReduceOp.BAND):
+            try:
+                dist.all_reduce(torch.ones(2, dtype=torch.int32), op=op)
+            except RuntimeError as e:
+                assert "not supported by backend 'tandem'" in str(e), str(e)
+                assert type(e).__name__ == "InvalidArgumentError", type(e)
+            else:
+                raise AssertionError(f"{op} was expected to be refused")
+        t = torch.tensor([True, False, rank == 0])
+        dist.all_reduce(t, op=dist.ReduceOp.BOR)
+        check(t, torch.tensor([True, False, True]), "BOR of bool")
+    return run
+
+
+def _subgroup():
+    def run(rank, world):
+        members = [r for r in range(world) if r % 2 == 0]
+        g = dist.new_group(members, backend="tandem")
+        odd = dist.new_group([r for r in range(world) if r % 2 == 1], backend="tandem")
+        if rank in members:
+            t = torch.tensor([float(rank)])
+            dist.all_reduce(t, group=g)
+            check(t, torch.tensor([float(sum(members))]), "all_reduce in new_group(even ranks)")
+            b = torch.tensor([float(rank)])
+            dist.broadcast(b, src=members[-1], group=g)  # global rank as src
+            check(b, torch.tensor([float(members[-1])]), "broadcast in a subgroup")
+        else:
+            t = torch.tensor([1.0])
+            dist.all_reduce(t, group=odd)
+            check(t, torch.tensor([float(len(range(1, world, 2)))]), "all_reduce in the odd group")
+        dist.barrier()
+    return run
+
+
+def all_cases():
+    cases = {}
+    for dt in DTYPES:
+        for op in OPS:
+            for n in SIZES:
+                cases[f"all_reduce-{op}-{dt}-{n}"] = _all_reduce(dt, op, n)
+        for n in SIZES:
+            cases[f"broadcast-{dt}-{n}-root0"] = _broadcast(dt, n, False)
+            cases[f"all_gather-{dt}-{n}"] = _all_gather(dt, n)
+            cases[f"gather_scatter-{dt}-{n}"] = _gather_scatter(dt, n)
+        cases[f"broadcast-{dt}-7-rootlast"] = _broadcast(dt, 7, True)
+        for op in OPS:
+            if supported(DTYPES[dt], op):
+                cases[f"reduce-{op}-{dt}-7"] = _reduce(dt, op, 7)
+                for n in (0, 1, 5):
+                    cases[f"reduce_scatter-{op}-{dt}-{n}"] = _reduce_scatter(dt, op, n)
+        cases[f"all_to_all-{dt}-even"] = _all_to_all(dt, False)
+        cases[f"all_to_all-{dt}-uneven"] = _all_to_all(dt, True)
+        for n in (0, 1, 1031):
+            cases[f"send_recv-{dt}-{n}"] = _send_recv(dt, n)
+    cases["non_contiguous"] = _non_contiguous()
+    cases["int16_moves"] = _int16_moves()
+    cases["lists_and_coalesced"] = _lists_and_coalesced()
+    cases["async_work"] = _async_work()
+    cases["bitwise_refused"] = _bitwise_refused()
+    cases["subgroup"] = _subgroup()
+    return cases
