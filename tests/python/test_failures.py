@@ -1,0 +1,77 @@
+"""Failures are tandem's, not gloo's: a rank killed mid-collective, a frozen rank, mismatched
+collectives and an exit with collectives in flight, each seen by plain processes (no launcher
+to stop the survivors for them)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+
+from conftest import worker, worker_env
+
+
+def run(mode, nproc=3, env=None, timeout=120):
+    with tempfile.TemporaryDirectory() as d:
+        procs = []
+        for r in range(nproc):
+            e = worker_env({"RANK": str(r), "WORLD_SIZE": str(nproc),
+                            "INIT": "file://" + os.path.join(d, "store"), "REPORT_DIR": d,
+                            **(env or {})})
+            procs.append(subprocess.Popen([sys.executable, worker("faults.py"), mode], env=e,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True))
+        outs = []
+        try:
+            for r, p in enumerate(procs):
+                if mode == "stop" and r == 1:
+                    continue
+                outs.append(p.communicate(timeout=timeout))
+        finally:
+            for p in procs:  # the frozen rank, or everyone after a time-out
+                if p.poll() is None:
+                    p.send_signal(signal.SIGCONT)
+                    p.kill()
+                    p.wait()
+        reports = {}
+        for r in range(nproc):
+            path = os.path.join(d, f"rank{r}.json")
+            assert os.path.exists(path), f"rank {r} wrote no report: {outs}"
+            with open(path) as f:
+                reports[r] = json.load(f)
+        return reports, procs
+
+
+def test_killed_rank_is_named_on_every_survivor():
+    reports, _ = run("kill")
+    dead = reports[1]["pid"]
+    for r in (0, 2):
+        rep = reports[r]
+        assert rep["error"] == "PeerLostError", rep
+        assert rep["runtime_error"], rep
+        assert "rank 1" in rep["message"] and str(dead) in rep["message"], rep
+        print(f"rank {r} raised {rep['elapsed']:.2f} s after rank 1 was killed")
+
+
+def test_frozen_rank_fails_the_others_at_the_group_timeout():
+    reports, _ = run("stop", env={"PG_TIMEOUT": "4"})
+    for r in (0, 2):
+        rep = reports[r]
+        assert rep["error"] in ("CollectiveTimeoutError", "AbortedError"), rep
+        assert "rank 1" in rep["message"], rep
+
+
+def test_mismatched_collectives_are_named():
+    reports, _ = run("mismatch", nproc=2, env={"PG_TIMEOUT": "20"})
+    for r in (0, 1):
+        rep = reports[r]
+        assert rep["error"] in ("MismatchError", "AbortedError"), rep
+        assert "mismatch" in rep["message"].lower(), rep
+
+
+def test_exit_with_collectives_in_flight_is_clean():
+    reports, procs = run("exit_in_flight", nproc=2, timeout=60)
+    for r, p in enumerate(procs):
+        assert p.returncode == 0, (r, p.returncode)
+        assert reports[r]["message"] == "exited with collectives in flight"

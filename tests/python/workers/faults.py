@@ -1,0 +1,70 @@
+"""One rank misbehaves (mode in argv[1]); every rank writes what it saw to the report:
+{"error": type name, "message": str, "elapsed": seconds from the misbehaviour to the error}."""
+
+import datetime
+import json
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import tandem.torch
+
+mode = sys.argv[1]
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+timeout = datetime.timedelta(seconds=float(os.environ.get("PG_TIMEOUT", "60")))
+init = os.environ["INIT"]
+dist.init_process_group("tandem", init_method=init, rank=rank, world_size=world, timeout=timeout)
+report_dir = os.environ["REPORT_DIR"]
+
+
+def report(**kv):
+    kv["pid"] = os.getpid()
+    with open(os.path.join(report_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(kv, f)
+
+
+def mark():
+    with open(os.path.join(report_dir, "misbehaved_at"), "w") as f:
+        f.write(repr(time.time()))
+
+
+def misbehaved_at():
+    with open(os.path.join(report_dir, "misbehaved_at")) as f:
+        return float(f.read())
+
+
+t = torch.ones(1 << 16)
+for _ in range(5):
+    dist.all_reduce(t)
+dist.barrier()
+
+if mode == "exit_in_flight":
+    works = [dist.all_reduce(torch.ones(1 << 22), async_op=True) for _ in range(4)]
+    report(error=None, message="exited with collectives in flight")
+    sys.exit(0)
+
+misbehaving = rank == 1
+try:
+    if mode == "kill" and misbehaving:
+        report(error=None, message="killed itself")
+        mark()
+        os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "stop" and misbehaving:
+        report(error=None, message="stopped itself")
+        mark()
+        os.kill(os.getpid(), signal.SIGSTOP)
+        sys.exit(0)
+    if mode == "mismatch":
+        mark()
+        dist.all_reduce(torch.ones(4 + rank))
+    else:
+        for _ in range(100000):
+            dist.all_reduce(t)
+    report(error=None, message="no error")
+except Exception as e:  # noqa: BLE001 - the point of the test
+    report(error=type(e).__name__, message=str(e), runtime_error=isinstance(e, RuntimeError),
+           elapsed=time.time() - misbehaved_at())
