@@ -182,6 +182,23 @@ std::vector<SockAddr> resolve(std::string_view host, std::uint16_t port, bool pa
   return out;
 }
 
+Fd reserve_tcp_port(std::string_view bind_addr) {
+  int last_err = 0;
+  for (const auto& a : resolve(bind_addr, 0, /*passive=*/true)) {
+    Fd fd(::socket(a.family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd) {
+      last_err = errno;
+      continue;
+    }
+    const int one = 1;
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd.get(), a.get(), a.len) == 0) return fd;
+    last_err = errno;
+  }
+  TANDEM_THROW(ErrorCode::Io, "cannot reserve a port on {}: {} (check the address)",
+               bind_addr.empty() ? "*" : bind_addr, errno_text(last_err));
+}
+
 Fd listen_tcp(std::string_view bind_addr, std::uint16_t port, int backlog) {
   auto addrs = resolve(bind_addr, port, /*passive=*/true);
   // For the wildcard, prefer the IPv6 wildcard in dual-stack mode: it accepts both families.

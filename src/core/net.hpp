@@ -91,6 +91,12 @@ std::vector<SockAddr> resolve(std::string_view host, std::uint16_t port, bool pa
 /// naming address:port and how to find the holder.
 Fd listen_tcp(std::string_view bind_addr, std::uint16_t port, int backlog = 512);
 
+/// Reserves a free port on bind_addr for another process to listen on later: a socket bound
+/// to port 0 with SO_REUSEADDR and never listening. While it is open, bind(0) anywhere on the
+/// host does not pick that port, yet a server that binds it with SO_REUSEADDR (PyTorch's
+/// TCPStore, tandem's store) can: no window between choosing the port and using it.
+Fd reserve_tcp_port(std::string_view bind_addr);
+
 /// The local port a socket is bound to.
 std::uint16_t bound_port(int fd);
 

@@ -27,6 +27,9 @@ constexpr std::array kSettings{
     Setting{"TANDEM_DEBUG_SUBSYS", string, "ALL",
             "Subsystems to log: a comma list of INIT, STORE, SHM, TCP, COLL, ALGO, RUN, PERF, "
             "DDP, DATA, or ALL; a leading ^ excludes the listed ones (^SHM,TCP)."},
+    Setting{"TANDEM_PYTHON", string, "",
+            "tandemrun: the interpreter of a .py PROGRAM or -m MODULE (empty: python3 from "
+            "PATH)."},
     Setting{"TANDEM_RESTART_COUNT", integer, "0",
             "Set by tandemrun: how many times the workers were restarted."},
     Setting{"TANDEM_RUN_ID", string, "", "Set by tandemrun: names this run (shm segments, logs)."},

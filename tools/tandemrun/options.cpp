@@ -170,7 +170,7 @@ struct Raw {
   std::string redirects, tee, gpus, ips, ranks_filter, cpu_bind = "none";
   int node_rank = -1, max_restarts = 0;
   double grace_s = 10, rdzv_timeout_s = 900, monitor_s = 1;
-  bool standalone = false, no_python = false;
+  bool standalone = false, no_python = false, module = false, use_env = false;
 };
 
 void add_options(CLI::App& app, Raw& raw, LaunchOptions& o) {
@@ -196,7 +196,18 @@ void add_options(CLI::App& app, Raw& raw, LaunchOptions& o) {
       ->group(workers)
       ->capture_default_str();
   app.add_flag("--no-python,--no_python", raw.no_python,
-               "Accepted for torchrun compatibility: PROGRAM always runs directly")
+               "Run PROGRAM directly even when it is a .py file (default: a .py PROGRAM runs "
+               "with $TANDEM_PYTHON, else python3 from PATH, as torchrun does)")
+      ->group(workers);
+  app.add_flag("-m,--module", raw.module,
+               "PROGRAM is a Python module, run as `python3 -u -m PROGRAM` (torchrun's -m)")
+      ->group(workers);
+  app.add_flag("--pass-local-rank,--pass_local_rank", o.pass_local_rank,
+               "Append --local_rank=N to each worker's arguments (torch.distributed.launch's "
+               "convention for scripts that parse it)")
+      ->group(workers);
+  app.add_flag("--use-env,--use_env", raw.use_env,
+               "Accepted for torch.distributed.launch compatibility: LOCAL_RANK is always set")
       ->group(workers);
 
   app.add_option("--nnodes", raw.nnodes,
@@ -284,6 +295,23 @@ void add_options(CLI::App& app, Raw& raw, LaunchOptions& o) {
       ->group(sup)
       ->type_name("SECONDS")
       ->capture_default_str();
+}
+
+// A Python PROGRAM (a .py file, or a module with -m) runs behind the interpreter, as under
+// torchrun; anything else runs directly.
+std::vector<std::string> python_command(std::vector<std::string> command, const Raw& raw) {
+  if (raw.no_python && raw.module)
+    throw UsageError("--no-python and -m exclude each other: a module needs the interpreter");
+  const std::string& program = command.front();
+  const bool script = program.size() > 3 && program.ends_with(".py");
+  if (raw.no_python || (!raw.module && !script)) return command;
+  std::string python = settings::get_string("TANDEM_PYTHON");
+  if (python.empty()) python = "python3";
+  std::vector<std::string> out{python, "-u"};
+  if (raw.module) out.emplace_back("-m");
+  out.insert(out.end(), std::make_move_iterator(command.begin()),
+             std::make_move_iterator(command.end()));
+  return out;
 }
 
 // Cross-checks the raw values and fills `o`.
@@ -466,7 +494,7 @@ ParseResult parse_command_line(int argc, char** argv) {
     if (rest.empty()) throw SyntaxError("no PROGRAM given");
     if (rest.front().size() > 1 && rest.front().front() == '-' && app.remaining().front() != "--")
       throw SyntaxError(fmt::format("unknown option '{}'", rest.front()));
-    o.command = std::move(rest);
+    o.command = python_command(std::move(rest), raw);
   } catch (const CLI::CallForHelp&) {
     std::fputs(app.help().c_str(), stdout);
     return result;

@@ -45,7 +45,11 @@ struct LaunchOptions {
   std::string log_dir;                  ///< empty: console only
   StreamMask redirects;                 ///< streams written to the log files only
   std::vector<int> local_ranks_filter;  ///< local ranks shown on the console; empty: all
-  std::vector<std::string> command;     ///< PROGRAM and its arguments
+  std::vector<std::string> command;     ///< PROGRAM and its arguments (a .py file or -m
+                                        ///< MODULE already behind the Python interpreter)
+  /// --pass-local-rank: every worker gets "--local_rank=N" after its arguments (the legacy
+  /// torch.distributed.launch convention).
+  bool pass_local_rank = false;
 
   bool multi_node() const noexcept { return max_nodes > 1; }
   /// Whether local rank `r`'s output reaches the console.

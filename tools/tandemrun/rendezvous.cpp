@@ -78,9 +78,13 @@ std::vector<int> assign_node_ranks(const std::vector<Arrival>& arrivals) {
 }
 
 // A port that is free on node 0 now, for the workers' rank 0 (PyTorch's env:// store).
-std::uint16_t free_worker_port(const std::string& addr) {
-  const net::Fd fd = net::listen_tcp(addr, 0);
-  return net::bound_port(fd.get());
+// The workers' MASTER_PORT (PyTorch's rank 0 hosts its store there): reserved, and held by
+// the session until the next round, so that no other job started at the same moment gets it.
+std::uint16_t free_worker_port(const std::string& addr, Session& session) {
+  net::Fd fd = net::reserve_tcp_port(addr);
+  const auto port = net::bound_port(fd.get());
+  session.hold_worker_port(std::move(fd));
+  return port;
 }
 
 // Node 0: waits for the nodes and publishes the round's assignment (or error). Returns the
@@ -138,7 +142,7 @@ std::int64_t close_round(const LaunchOptions& options, Session& session, const W
     }
     closed = json{{"nodes", nodes},
                   {"master_addr", options.master_addr},
-                  {"master_port", free_worker_port(options.master_addr)},
+                  {"master_port", free_worker_port(options.master_addr, session)},
                   {"error", ""}};
     TANDEM_INFO(run, "tandemrun: round {} closed with {} node(s) after {:.1f} s", round, n,
                 std::chrono::duration<double>(Clock::now() - start).count());

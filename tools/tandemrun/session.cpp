@@ -185,6 +185,19 @@ std::unique_ptr<store::TcpStore> Session::connect() const {
   return std::make_unique<store::TcpStore>(options_.master_addr, port_, o);
 }
 
+namespace {
+
+// <build>/python next to <build>/bin/tandemrun, when it holds the tandem package.
+std::string python_package_dir() {
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return {};
+  const auto dir = exe.parent_path().parent_path() / "python";
+  return std::filesystem::exists(dir / "tandem" / "torch.py", ec) ? dir.string() : std::string();
+}
+
+}  // namespace
+
 std::vector<std::string> Session::worker_env(const Assignment& a, int local_rank) const {
   const NodeSlot& me = a.self();
   const std::string rank = std::to_string(me.first_rank + local_rank);
@@ -232,6 +245,14 @@ std::vector<std::string> Session::worker_env(const Assignment& a, int local_rank
     env.emplace_back(kv);
   }
   for (const auto& [k, v] : set) env.push_back(fmt::format("{}={}", k, v));
+  // The Python package of this build (backend "tandem" for torch.distributed), so that
+  // `import tandem.torch` works in every worker without installing anything.
+  if (const auto package = python_package_dir(); !package.empty()) {
+    const char* old = std::getenv("PYTHONPATH");
+    std::erase_if(env, [](const std::string& kv) { return kv.starts_with("PYTHONPATH="); });
+    env.push_back(old != nullptr && *old != '\0' ? fmt::format("PYTHONPATH={}:{}", package, old)
+                                                 : fmt::format("PYTHONPATH={}", package));
+  }
   // As torchrun: N workers each running a full OpenMP team would oversubscribe the host.
   if (!has_omp) env.emplace_back("OMP_NUM_THREADS=1");
   return env;

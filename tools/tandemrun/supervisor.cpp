@@ -134,8 +134,10 @@ void Supervisor::start_workers() {
 
     const auto cpus =
         binding.cpus.empty() ? topo::CpuList{} : binding.cpus[static_cast<std::size_t>(local)];
-    SpawnedWorker s = spawn_worker(program_path_, options_.command,
-                                   session_.worker_env(assignment_, local), cpus);
+    auto command = options_.command;
+    if (options_.pass_local_rank) command.push_back(fmt::format("--local_rank={}", local));
+    SpawnedWorker s =
+        spawn_worker(program_path_, command, session_.worker_env(assignment_, local), cpus);
     w->pid = s.pid;
     w->out_fd = std::move(s.out);
     w->err_fd = std::move(s.err);
