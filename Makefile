@@ -12,7 +12,7 @@ FUZZ_SECONDS ?= $(if $(CI),10,20)
 STAGES_ENV = BUILD_DIR=$(BUILD_DIR) JOBS=$(JOBS) BUILD_TYPE=$(BUILD_TYPE) WERROR=$(WERROR) \
   FUZZ_SECONDS=$(FUZZ_SECONDS)
 
-.PHONY: all deps configure build demo test test-asan test-tsan fuzz clean
+.PHONY: all deps configure build demo test test-asan test-python test-tsan fuzz clean
 
 all: build
 
@@ -31,12 +31,16 @@ demo: build
 	$(BUILD_DIR)/bin/tandemrun --nproc-per-node 2 $(BUILD_DIR)/bin/fashion_mnist
 
 # The suite, then the suite under ASan+UBSan, the threaded tests under TSan and every fuzzer
-# for FUZZ_SECONDS; ends with one line "N passed, N failed" (scripts/test-stages.sh).
+# for FUZZ_SECONDS, and the torch.distributed backend's Python tests; ends with one line
+# "N passed, N failed, N skipped" (scripts/test-stages.sh).
 test: build
-	@$(STAGES_ENV) scripts/test-stages.sh main asan tsan fuzz
+	@$(STAGES_ENV) scripts/test-stages.sh main python asan tsan fuzz
 
 test-asan: deps
 	@$(STAGES_ENV) scripts/test-stages.sh asan
+
+test-python: build
+	@$(STAGES_ENV) scripts/test-stages.sh python
 
 test-tsan: deps
 	@$(STAGES_ENV) scripts/test-stages.sh tsan

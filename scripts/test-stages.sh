@@ -2,10 +2,13 @@
 # The stages of `make test` after the main build: its test suite, the suite under ASan+UBSan,
 # the threaded tests under TSan, and every fuzzer for a bounded time. Each stage prints its
 # own result and times; the tests that failed are named again at the end, with the first lines
-# of their failures; the last line counts every test and fuzzer of the stages run:
-# "N passed, N failed". Exits non-zero when anything failed (a build failure counts as one).
+# of their failures, and the skipped ones with their stage; the last line counts every test
+# and fuzzer of the stages run: "N passed, N failed, N skipped" (a skipped test is not a pass).
+# Exits non-zero when anything failed (a build failure counts as one).
 #
-#   scripts/test-stages.sh [main] [asan] [tsan] [fuzz]     (default: all four)
+#   scripts/test-stages.sh [main] [python] [asan] [tsan] [fuzz]     (default: all five)
+#
+# python: the torch.distributed backend's tests (tests/python, pytest) against the main build.
 #
 # Environment: BUILD_DIR (build), JOBS (2), BUILD_TYPE, WERROR, FUZZ_SECONDS (20 per fuzzer).
 set -uo pipefail
@@ -24,10 +27,12 @@ SAN_OPT=${SAN_OPT:-"-O1 -g1 -DNDEBUG"}
 # the multi-process collectives and DDP. The launcher and tool tests run in the main stage.
 ASAN_DIRS=${ASAN_DIRS:-"unit/core;unit/store;unit/transport;unit/data;unit/comm;mp;ddp"}
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(main asan tsan fuzz)
+[ ${#stages[@]} -eq 0 ] && stages=(main python asan tsan fuzz)
 
 passed=0
 failed=0
+skipped=0
+skips=()     # "stage: test" for each test that was skipped
 summary=()
 failures=()  # "stage: test (Failed|Timeout|...)" for each test that failed, repeated at the end
 excerpts=()  # per stage with failures: its first gtest failures and sanitizer reports
@@ -48,10 +53,16 @@ count_ctest() {
   local f t
   f=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
   t=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\2/' <<<"$line")
-  passed=$((passed + t - f))
+  # ctest counts a skipped test among the passed ones; here it is counted apart.
+  local k=0 name
+  while IFS= read -r name; do
+    skips+=("$stage: $name")
+    k=$((k + 1))
+  done < <(sed -nE '/The following tests did not run:/,/^$/ s/^[[:space:]]+[0-9]+ - (.+) \(Skipped\)$/\1/p' "$log")
+  passed=$((passed + t - f - k))
+  skipped=$((skipped + k))
   failed=$((failed + f))
   # ctest lists them after "The following tests FAILED:" as "<tab>  12 - Suite.Name (Failed)".
-  local name
   while IFS= read -r name; do
     failures+=("$stage: $name")
   done < <(sed -nE '/The following tests FAILED:/,$ s/^[[:space:]]+[0-9]+ - (.+)$/\1/p' "$log")
@@ -88,6 +99,38 @@ stage_main() {
 asan_targets() {
   local d
   for d in ${ASAN_DIRS//;/ }; do printf 'test_%s ' "${d//\//_}"; done
+}
+
+# The torch.distributed backend (tests/python) with Debian's python3 and pytest, against the
+# main build's package; skipped visibly when that python cannot import torch or pytest.
+PYTHON=${PYTHON:-/usr/bin/python3}
+stage_python() {
+  local log="$BUILD_DIR/pytest.log" t0 line n
+  t0=$(now)
+  if ! "$PYTHON" -c "import torch.distributed, pytest" 2>/dev/null; then
+    skipped=$((skipped + 1))
+    skips+=("python: the whole stage ($PYTHON cannot import torch and pytest)")
+    summary+=("python: skipped")
+    return
+  fi
+  TANDEM_BUILD_DIR="$PWD/$BUILD_DIR" "$PYTHON" -m pytest -q -rs -p no:cacheprovider \
+    tests/python 2>&1 | tee "$log"
+  # pytest's last line: "3 failed, 1100 passed, 2 skipped, 1 error in 30.1s".
+  line=$(tail -1 "$log")
+  n() { grep -Eo "[0-9]+ $1" <<<"$line" | grep -Eo '^[0-9]+' || echo 0; }
+  if ! grep -Eq '[0-9]+ (passed|failed|skipped|errors?)' <<<"$line"; then
+    failed=$((failed + 1))
+    failures+=("python: pytest gave no summary (its output is above)")
+  else
+    passed=$((passed + $(n passed)))
+    failed=$((failed + $(n failed) + $(n 'errors?')))
+    skipped=$((skipped + $(n skipped)))
+    while IFS= read -r name; do failures+=("python: $name"); done < <(
+      sed -nE 's/^(FAILED|ERROR) ([^ ]+).*/\2/p' "$log")
+    while IFS= read -r name; do skips+=("python: $name"); done < <(
+      sed -nE 's/^SKIPPED \[[0-9]+\] (.*)/\1/p' "$log")
+  fi
+  summary+=("python: tests $(($(now) - t0)) s")
 }
 
 # The library and the ASAN_DIRS tests under AddressSanitizer + UndefinedBehaviorSanitizer.
@@ -172,9 +215,9 @@ stage_fuzz() {
 
 for s in "${stages[@]}"; do
   case "$s" in
-    main | asan | tsan | fuzz) echo "=== tandem test stage: $s" ;;
+    main | python | asan | tsan | fuzz) echo "=== tandem test stage: $s" ;;
     *)
-      echo "unknown stage $s (main, asan, tsan, fuzz)" >&2
+      echo "unknown stage $s (main, python, asan, tsan, fuzz)" >&2
       exit 2
       ;;
   esac
@@ -189,5 +232,9 @@ if [ ${#failures[@]} -gt 0 ]; then
   for line in "${failures[@]}"; do echo "  $line"; done
   for line in "${excerpts[@]}"; do [ -z "$line" ] || echo "$line"; done
 fi
-echo "$passed passed, $failed failed"
+if [ ${#skips[@]} -gt 0 ]; then
+  echo "skipped:"
+  for line in "${skips[@]}"; do echo "  $line"; done
+fi
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
