@@ -142,6 +142,8 @@ def parse_args():
                    help="after the warmup: cosine decay to 0 at the last step, or constant")
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--backend", default="gloo",
+                   help="torch.distributed backend: gloo, or tandem (import tandem.torch)")
     p.add_argument("--max-steps", type=int, default=0,
                    help="stop after this many training steps in all (0: run every epoch); "
                    "the lr schedule still spans --epochs")
@@ -158,15 +160,17 @@ def parse_args():
     return args
 
 
-def init_process_group():
-    """gloo over the launcher's environment; a world of one on loopback without a launcher."""
+def init_process_group(backend):
+    """`backend` over the launcher's environment; a world of one on loopback without one."""
     if "RANK" not in os.environ:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1",
                           MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo")
+    if backend == "tandem":
+        import tandem.torch  # noqa: F401  (registers the backend)
+    dist.init_process_group(backend)
     return dist.get_rank(), dist.get_world_size()
 
 
@@ -174,7 +178,7 @@ def main():
     args = parse_args()
     torch.set_num_threads(1)
     torch.set_num_interop_threads(1)
-    rank, world = init_process_group()
+    rank, world = init_process_group(args.backend)
     log = print if rank == 0 else (lambda *a, **k: None)
 
     train_x, train_y = load_split(args.data, "train", args.limit_train)

@@ -23,7 +23,10 @@ class Work {
   Work& operator=(const Work&) = delete;
   virtual ~Work() = default;
 
-  /// Blocks until the operation completed or failed, or `deadline` passed.
+  /// Blocks until the operation completed or failed, or `deadline` passed. When the
+  /// operation has not started, nothing runs ahead of it and `deadline` is no earlier than
+  /// the operation's own, it runs on the calling thread (no wake-up of the worker thread to
+  /// wait for).
   /// Rethrows the operation's Error if it failed; throws Error(Timeout) at the deadline
   /// (the operation itself keeps running and keeps its own deadline).
   void wait(Deadline deadline);
@@ -50,6 +53,9 @@ class Work {
  protected:
   /// What the operation is, for the Timeout message of wait() ("allreduce #3 (f32 x 8, ring)").
   virtual std::string describe() const;
+  /// Called by wait() before it blocks: may run the operation on the waiting thread, when
+  /// it would end by `deadline` either way.
+  virtual void run_if_next(Deadline /*deadline*/) {}
 
   enum class State : std::uint8_t { pending, done, failed };
   std::atomic<State> state_{State::pending};

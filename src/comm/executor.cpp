@@ -139,6 +139,7 @@ std::shared_ptr<Work> Communicator::Impl::submit(const Op& op,
 std::shared_ptr<OpWork> Communicator::Impl::enqueue(const Op& op,
                                                     std::span<const std::size_t> counts) {
   auto work = std::make_shared<OpWork>(op, counts, timeout);
+  work->helper = wait_helper;
   start_worker();
   queue.push_back(work);
   // Nothing that can fail comes after the sequence number is taken (a gap would
@@ -291,7 +292,35 @@ void Communicator::Impl::throw_poisoned(const Op& op) const {
                message, comm::describe(op));
 }
 
+void Communicator::Impl::run_if_next(const OpWork* work) {
+  std::shared_ptr<OpWork> next;
+  {
+    std::lock_guard guard(mutex);
+    if (stopping || queue.empty() || queue.front().get() != work ||
+        comm::is_p2p(work->op.call.kind))
+      return;
+    // The mesh is free only when nothing runs: no inline call, no collective on the worker,
+    // no send/recv in flight (the worker keeps it while any is).
+    std::uint64_t s = state.load(std::memory_order_relaxed);
+    if ((s & kOwned) != 0 ||
+        !state.compare_exchange_strong(s, s | kOwned, std::memory_order_acquire,
+                                       std::memory_order_relaxed))
+      return;
+    next = std::move(queue.front());
+    queue.pop_front();
+    if (queue.empty()) state.fetch_and(~kQueued, std::memory_order_relaxed);
+    ++active;
+  }
+  run_collective(next);
+  release_mesh();
+}
+
 void Communicator::Impl::shutdown() noexcept {
+  {
+    // Waits for a waiting thread that runs an operation itself (OpWork::run_if_next).
+    std::lock_guard guard(wait_helper->mutex);
+    wait_helper->impl = nullptr;
+  }
   if (monitor) monitor->stop();
   std::deque<std::shared_ptr<OpWork>> dropped;
   bool running = false;

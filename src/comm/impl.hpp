@@ -59,6 +59,14 @@ void trace_begin(core::trace::Ring& ring, const Op& op, Clock::time_point start)
 void trace_end(core::trace::Ring& ring, const Op& op, const algorithms::Algorithm* ran,
                Clock::time_point end);
 
+/// Lets a thread that waits for a queued operation run it itself (Work::wait): the
+/// communicator it belongs to, or null once that is shut down. OpWorks share it, so that a
+/// Work that outlives its communicator never touches it.
+struct WaitHelper {
+  std::mutex mutex;
+  Communicator::Impl* impl = nullptr;
+};
+
 /// The Work of an asynchronous (or queued blocking) operation; owns a copy of its arguments.
 class OpWork final : public Work {
  public:
@@ -77,9 +85,11 @@ class OpWork final : public Work {
   /// the DDP Reducer after wait(), to draw when a bucket's allreduce really ended).
   Clock::time_point posted_at{};
   Clock::time_point completed_at{};
+  std::shared_ptr<WaitHelper> helper;
 
  protected:
   std::string describe() const override;
+  void run_if_next(Deadline deadline) override;
 };
 
 }  // namespace tandem::comm
@@ -157,7 +167,7 @@ struct Communicator::Impl {
   /// The first failure was logged with the flight recorder and published for the reports.
   std::atomic<bool> failure_reported{false};
 
-  Impl() = default;
+  Impl() { wait_helper->impl = this; }
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
   /// Stops the monitor, whose mismatch handler points here, if shutdown() did not.
@@ -197,6 +207,10 @@ struct Communicator::Impl {
   void worker_loop();
   /// Runs a collective taken from the queue and completes its Work.
   void run_collective(const std::shared_ptr<comm::OpWork>& work);
+  /// A thread waiting for `work`: when it is a collective at the front of the queue and no
+  /// thread owns the mesh, takes it from the queue and runs it on this thread.
+  void run_if_next(const comm::OpWork* work);
+  std::shared_ptr<comm::WaitHelper> wait_helper = std::make_shared<comm::WaitHelper>();
   /// Posts a send/recv taken from the queue (it completes later, in progress_p2p()).
   void start_p2p(const std::shared_ptr<comm::OpWork>& work);
   /// Advances the posted point-to-point operations; completes those that finished or

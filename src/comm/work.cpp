@@ -8,6 +8,7 @@
 namespace tandem {
 
 void Work::wait(Deadline deadline) {
+  if (state_.load(std::memory_order_acquire) == State::pending) run_if_next(deadline);
   if (state_.load(std::memory_order_acquire) == State::pending) {
     std::unique_lock lock(mutex_);
     const auto finished = [&] { return state_.load(std::memory_order_acquire) != State::pending; };
@@ -100,6 +101,14 @@ bool OpWork::finished_by(Deadline deadline) {
 
 std::string OpWork::describe() const {
   return comm::describe(op);
+}
+
+void OpWork::run_if_next(Deadline deadline) {
+  // A shorter wait must return at its deadline while the operation goes on.
+  if (!helper || deadline < op.call.deadline) return;
+  // Held while the operation runs: the communicator's shutdown waits for it.
+  std::lock_guard lock(helper->mutex);
+  if (helper->impl != nullptr) helper->impl->run_if_next(this);
 }
 
 }  // namespace comm

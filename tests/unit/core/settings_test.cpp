@@ -175,6 +175,7 @@ TEST(Settings, DeclaresExactlyTheDocumentedNamesTypesAndDefaults) {
       {"TANDEM_STORE_ADDR", {Type::string, ""}},
       {"TANDEM_RUN_ID", {Type::string, ""}},
       {"TANDEM_RESTART_COUNT", {Type::integer, "0"}},
+      {"TANDEM_PYTHON", {Type::string, ""}},
       {"TANDEM_TRACE", {Type::string, ""}},
       {"TANDEM_TRACE_EVENTS", {Type::integer, "100000"}},
       {"TANDEM_TUNING_FILE", {Type::string, ""}},
