@@ -27,7 +27,9 @@ configure: deps
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-demo: build
+# Only what the main job needs (the launcher and the example), not the tests.
+demo: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target tandemrun fashion_mnist
 	$(BUILD_DIR)/bin/tandemrun --nproc-per-node 2 $(BUILD_DIR)/bin/fashion_mnist
 
 # The suite, then the suite under ASan+UBSan, the threaded tests under TSan and every fuzzer

@@ -4,10 +4,12 @@
 #   gnuplot -e "dir='build/bench-all'; out='docs/bench-busbw.png'" bench/plot.gp
 #
 # dir: where the .dat files are; out: the PNG; colls (optional): the collectives, one panel
-# each (default "allreduce broadcast allgather"); title (optional): a line above the panels.
+# each (default "allreduce broadcast allgather"); title (optional): a line above the panels;
+# last (optional): the last column plotted (default 7).
 if (!exists("dir")) dir = "build/bench-all"
 if (!exists("out")) out = dir . "/busbw.png"
 if (!exists("colls")) colls = "allreduce broadcast allgather"
+if (!exists("last")) last = 7  # the last column to plot (one line per column from 2)
 if (!exists("title")) title = "busbw against size: 2 ranks, f32; allreduce and allgather out-of-place, broadcast in-place"
 
 set terminal pngcairo size (500 * words(colls)),520 font "DejaVu Sans,10" noenhanced
@@ -37,6 +39,6 @@ set multiplot layout 1,words(colls) title title font ",12"
 do for [coll in colls] {
   set title coll
   file = dir . "/busbw-" . coll . ".dat"
-  plot for [i=2:7] file using 1:i with linespoints lt (i-1)
+  plot for [i=2:last] file using 1:i with linespoints lt (i-1)
 }
 unset multiplot

@@ -7,8 +7,10 @@
 
 #include <fmt/format.h>
 
+#include <cstddef>
 #include <cstring>
 #include <numeric>
+#include <optional>
 
 namespace tandem::python {
 namespace {
@@ -47,6 +49,22 @@ at::Tensor combine(const Tensors& list, const c10d::ReduceOp& op) {
     default:
       return stacked.sum(0).to(list[0].scalar_type());
   }
+}
+
+// One view over the whole list when its tensors lie back to back in memory (the blocks of one
+// tensor, as torch.split/chunk make them): the collective writes there, no staging copy.
+std::optional<BufferView> adjacent(const Tensors& list) {
+  if (list.empty() || !list[0].is_contiguous()) return std::nullopt;
+  const auto* base = static_cast<const std::byte*>(list[0].data_ptr());
+  const auto block = static_cast<std::size_t>(list[0].nbytes());
+  for (std::size_t i = 1; i < list.size(); ++i) {
+    if (!list[i].is_contiguous() ||
+        static_cast<const std::byte*>(list[i].data_ptr()) != base + i * block)
+      return std::nullopt;
+  }
+  auto v = view_of(list[0], false, "all_gather");
+  v.count *= list.size();
+  return v;
 }
 
 }  // namespace
@@ -153,7 +171,7 @@ WorkPtr Group::allreduce_coalesced(Tensors& tensors, const c10d::AllreduceCoales
                      name, c10::toString(type), c10::toString(t.scalar_type()));
   }
   const ReduceOp op = reduce_op_of(opts.reduceOp, type, name);
-  const auto flat = flatten(tensors);
+  const auto flat = flatten(tensors, *pool_);
   const auto v = view_of(flat, true, name);
   auto part = comm()->allreduce_async(v, v, op);
   return launch(c10d::OpType::ALLREDUCE_COALESCED, tensors, {part},
@@ -186,7 +204,11 @@ WorkPtr Group::allgather(std::vector<Tensors>& outputs, Tensors& inputs) {
   check_tensor(inputs[0], name);
   check_same_layout(list, inputs[0], "tensor_list", name);
   const auto in = inputs[0].contiguous();
-  const auto flat = at::empty({static_cast<std::int64_t>(size_) * in.numel()}, in.options());
+  if (const auto direct = adjacent(list)) {
+    auto part = comm()->allgather_async(view_of(in, false, name), *direct);
+    return launch(c10d::OpType::ALLGATHER, list, {part}, {}, {in});
+  }
+  const auto flat = pool_->take(static_cast<std::int64_t>(size_) * in.numel(), in.options());
   auto part = comm()->allgather_async(view_of(in, false, name), view_of(flat, false, name));
   return launch(c10d::OpType::ALLGATHER, list, {part}, [flat, list] { unflatten(flat, list); },
                 {in, flat});
@@ -227,7 +249,11 @@ WorkPtr Group::gather(std::vector<Tensors>& outputs, Tensors& inputs,
                    "{}: the root needs a gather_list of {} tensors (one per rank)", name, size_);
   auto& list = outputs[0];
   check_same_layout(list, in, "gather_list", name);
-  const auto flat = at::empty({static_cast<std::int64_t>(size_) * in.numel()}, in.options());
+  if (const auto direct = adjacent(list)) {
+    auto part = comm()->gather_async(view_of(in, false, name), *direct, root);
+    return launch(c10d::OpType::GATHER, list, {part}, {}, {in});
+  }
+  const auto flat = pool_->take(static_cast<std::int64_t>(size_) * in.numel(), in.options());
   auto part = comm()->gather_async(view_of(in, false, name), view_of(flat, false, name), root);
   return launch(c10d::OpType::GATHER, list, {part}, [flat, list] { unflatten(flat, list); },
                 {in, flat});
@@ -252,7 +278,7 @@ WorkPtr Group::scatter(Tensors& outputs, std::vector<Tensors>& inputs,
   TANDEM_CHECK_ARG(inputs.size() == 1 && inputs[0].size() == static_cast<std::size_t>(size_),
                    "{}: the root needs a scatter_list of {} tensors (one per rank)", name, size_);
   check_same_layout(inputs[0], outputs[0], "scatter_list", name);
-  const auto flat = flatten(inputs[0]);
+  const auto flat = flatten(inputs[0], *pool_);
   auto part =
       comm()->scatter_async(view_of(flat, false, name), view_of(s.buffer, false, name), root);
   return launch(c10d::OpType::SCATTER, outputs, {part}, std::move(done), {flat, s.buffer});
@@ -267,7 +293,7 @@ WorkPtr Group::reduce_scatter(Tensors& outputs, std::vector<Tensors>& inputs,
   check_tensor(outputs[0], name);
   check_same_layout(inputs[0], outputs[0], "input_list", name);
   const ReduceOp op = reduce_op_of(opts.reduceOp, outputs[0].scalar_type(), name);
-  const auto flat = flatten(inputs[0]);
+  const auto flat = flatten(inputs[0], *pool_);
   const auto s = Staged::of(outputs[0]);
   auto part =
       comm()->reduce_scatter_async(view_of(flat, true, name), view_of(s.buffer, true, name), op);
@@ -414,9 +440,9 @@ WorkPtr Group::alltoall(Tensors& outputs, Tensors& inputs) {
     send[r] = elements(inputs[r]);
     recv[r] = elements(outputs[r]);
   }
-  const auto in = flatten(inputs);
+  const auto in = flatten(inputs, *pool_);
   const auto total = std::accumulate(recv.begin(), recv.end(), std::size_t{0});
-  const auto out = at::empty({static_cast<std::int64_t>(total)}, in.options());
+  const auto out = pool_->take(static_cast<std::int64_t>(total), in.options());
   return alltoallv(out, in, send, recv, outputs, [out, outputs] { unflatten(out, outputs); }, {});
 }
 

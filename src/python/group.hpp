@@ -3,6 +3,8 @@
 // the torch version: tensors and c10d option structs in, a c10d Work out. The version-specific
 // ProcessGroup subclass (process_group_torch1.cpp) only forwards its virtual methods here.
 
+#include "python/tensors.hpp"
+
 #include <tandem/communicator.hpp>
 
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -71,6 +73,7 @@ class Group {
   std::mutex mutex_;  // guards comm_ against shutdown()
   std::shared_ptr<Communicator> comm_;
   std::atomic<std::uint64_t> seq_{0};
+  std::shared_ptr<StagingPool> pool_ = std::make_shared<StagingPool>();
 };
 
 }  // namespace tandem::python

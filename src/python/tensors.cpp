@@ -4,6 +4,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdlib>
+
 namespace tandem::python {
 namespace {
 
@@ -151,11 +154,58 @@ void check_same_layout(const std::vector<at::Tensor>& list, const at::Tensor& li
   }
 }
 
-at::Tensor flatten(const std::vector<at::Tensor>& list) {
-  std::vector<at::Tensor> flat;
-  flat.reserve(list.size());
-  for (const auto& t : list) flat.push_back(t.reshape({-1}));
-  return at::cat(flat);
+StagingPool::~StagingPool() {
+  for (auto& [bytes, block] : free_) std::free(block);
+}
+
+at::Tensor StagingPool::take(std::int64_t numel, const at::TensorOptions& options) {
+  const std::size_t want =
+      std::max<std::size_t>(64, static_cast<std::size_t>(numel) * options.dtype().itemsize());
+  void* block = nullptr;
+  std::size_t size = 0;
+  {
+    std::lock_guard lock(mutex_);
+    // The smallest free block that fits and wastes at most half of itself.
+    const auto it = free_.lower_bound(want);
+    if (it != free_.end() && it->first <= 2 * want) {
+      size = it->first;
+      block = it->second;
+      free_bytes_ -= size;
+      free_.erase(it);
+    }
+  }
+  if (block == nullptr) {
+    size = (want + 4095) / 4096 * 4096;
+    block = std::aligned_alloc(64, size);
+    TANDEM_CHECK_ARG(block != nullptr, "cannot allocate {} bytes of staging memory", size);
+  }
+  auto self = shared_from_this();
+  return at::from_blob(
+      block, {numel}, [self, size](void* p) { self->give(size, p); }, options.device(at::kCPU));
+}
+
+void StagingPool::give(std::size_t bytes, void* block) {
+  {
+    std::lock_guard lock(mutex_);
+    if (free_bytes_ + bytes <= kMaxFreeBytes) {
+      free_.emplace(bytes, block);
+      free_bytes_ += bytes;
+      return;
+    }
+  }
+  std::free(block);
+}
+
+at::Tensor flatten(const std::vector<at::Tensor>& list, StagingPool& pool) {
+  std::int64_t total = 0;
+  for (const auto& t : list) total += t.numel();
+  auto flat = pool.take(total, list.empty() ? at::TensorOptions() : list[0].options());
+  std::int64_t offset = 0;
+  for (const auto& t : list) {
+    flat.narrow(0, offset, t.numel()).view(t.sizes()).copy_(t);
+    offset += t.numel();
+  }
+  return flat;
 }
 
 void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& list) {

@@ -7,6 +7,10 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include <ATen/ATen.h>
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string_view>
 #include <vector>
 
@@ -42,8 +46,28 @@ struct Staged {
 void check_same_layout(const std::vector<at::Tensor>& list, const at::Tensor& like,
                        std::string_view what, std::string_view collective);
 
-/// A contiguous tensor of `list` laid end to end (a copy).
-at::Tensor flatten(const std::vector<at::Tensor>& list);
+/// Reusable staging memory for a group's temporary buffers. A fresh allocation of some MiB
+/// costs a page fault per page on its first touch, more than the copy through it: blocks
+/// return here when the last tensor over them dies, and are kept up to kMaxFreeBytes.
+class StagingPool : public std::enable_shared_from_this<StagingPool> {
+ public:
+  static constexpr std::size_t kMaxFreeBytes = std::size_t{512} << 20;
+  StagingPool() = default;
+  StagingPool(const StagingPool&) = delete;
+  StagingPool& operator=(const StagingPool&) = delete;
+  ~StagingPool();
+  /// A contiguous 1-D tensor of `numel` elements of `options`' dtype (CPU).
+  at::Tensor take(std::int64_t numel, const at::TensorOptions& options);
+
+ private:
+  void give(std::size_t bytes, void* block);
+  std::mutex mutex_;
+  std::multimap<std::size_t, void*> free_;  // block size -> block
+  std::size_t free_bytes_ = 0;
+};
+
+/// The tensors of `list` laid end to end in a staging tensor of `pool` (a copy).
+at::Tensor flatten(const std::vector<at::Tensor>& list, StagingPool& pool);
 
 /// Copies consecutive slices of `flat` into the tensors of `list` (sizes from `list`).
 void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& list);

@@ -2,6 +2,8 @@
 runs on every rank and checks the result against a reference the rank computes itself, from
 the inputs every rank is known to give (no communication in the reference)."""
 
+import datetime
+
 import torch
 import torch.distributed as dist
 
@@ -125,6 +127,11 @@ def _all_gather(dt, n):
         dist.all_gather(out, values(rank, n, dtype))
         for r in range(world):
             check(out[r], values(r, n, dtype), f"all_gather {dt} x {n} block {r}")
+        if n > 0:  # blocks of one tensor: gathered in place, no staging copy
+            whole = torch.zeros(world * n, dtype=dtype)
+            dist.all_gather(list(whole.split(n)), values(rank, n, dtype))
+            check(whole, torch.cat([values(r, n, dtype) for r in range(world)]),
+                  f"all_gather into the blocks of one tensor {dt} x {n}")
         flat = torch.zeros(world * n, dtype=dtype)
         dist.all_gather_into_tensor(flat, values(rank, n, dtype))
         check(flat, torch.cat([values(r, n, dtype) for r in range(world)]),
@@ -274,6 +281,10 @@ def _async_work():
         check(t, want, "async all_reduce")
         check(chained.wait(), want * 2, "future.then of an async all_reduce")
         assert torch.equal(w.result()[0], t)
+        # The process group's monitored barrier (torch.distributed.monitored_barrier itself
+        # accepts Gloo only in this torch).
+        pg = dist.distributed_c10d._get_default_group()
+        pg.monitored_barrier(datetime.timedelta(seconds=30))
         # A future asked for after completion is completed at once.
         w2 = dist.broadcast(torch.zeros(3), src=0, async_op=True)
         w2.wait()

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Tables (and gnuplot .dat files) of torch.distributed with backend gloo and backend tandem,
+beside tandem-perf's own figure, from the logs run.sh writes.
+
+Usage: compare.py DIR   (DIR holds {gloo,tandem}-collectives.log, perf-<collective>.log and,
+optionally, {gloo,tandem}-ddp.log). Prints per collective: size, mean time per call (us) and
+busbw (GB/s) for each; tandem/gloo busbw; tandem through torch / tandem-perf. Writes
+DIR/busbw-<collective>.dat for bench/plot.gp (columns: bytes, tandem, gloo, tandem-perf).
+"""
+import os
+import re
+import sys
+
+ROW = re.compile(r"row: (.*)$")
+PERF_NAMES = {"all_reduce": "allreduce", "broadcast": "broadcast", "all_gather": "allgather"}
+
+
+def rows(path):
+    out = {}
+    if not os.path.exists(path):
+        return out
+    for line in open(path, errors="replace"):
+        m = ROW.search(line)
+        if m:
+            kv = dict(p.split("=", 1) for p in m.group(1).split())
+            out[(kv["collective"], int(kv["bytes"]))] = (float(kv["time_us"]), float(kv["busbw"]))
+    return out
+
+
+def perf(path, in_place):
+    """size -> (time_us, busbw) from tandem-perf's table (columns as nccl-tests: size count type
+    redop root, then time p50 algbw busbw #wrong out of place, then the same in place)."""
+    out = {}
+    if not os.path.exists(path):
+        return out
+    for line in open(path, errors="replace"):
+        f = line.split()
+        if f and f[0].startswith("[rank"):
+            f = f[2:]
+        if len(f) >= 15 and f[0].isdigit():
+            first = 10 if in_place else 5
+            try:
+                out[int(f[0])] = (float(f[first]), float(f[first + 3]))
+            except ValueError:
+                continue
+    return out
+
+
+def result(path):
+    if not os.path.exists(path):
+        return None
+    found = None
+    for line in open(path, errors="replace"):
+        m = re.search(r"result: (.*)$", line)
+        if m:
+            found = dict(p.split("=", 1) for p in m.group(1).split() if "=" in p)
+    return found
+
+
+def human(n):
+    for unit, div in (("M", 1 << 20), ("K", 1 << 10)):
+        if n >= div and n % div == 0:
+            return f"{n // div}{unit}"
+    return str(n)
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__)
+        return 2
+    d = sys.argv[1]
+    gloo, tandem = rows(os.path.join(d, "gloo-collectives.log")), rows(
+        os.path.join(d, "tandem-collectives.log"))
+    for coll in ("all_reduce", "broadcast", "all_gather"):
+        sizes = sorted({b for (c, b) in list(gloo) + list(tandem) if c == coll})
+        if not sizes:
+            continue
+        # torch's all_reduce and broadcast work in place; all_gather out of place.
+        p = perf(os.path.join(d, f"perf-{PERF_NAMES[coll]}.log"), coll != "all_gather")
+        print(f"\n#### {coll}: torch.distributed, 2 ranks, float32\n")
+        print("| size | gloo µs | tandem µs | gloo busbw | tandem busbw | tandem / gloo "
+              "| tandem-perf busbw | torch / tandem-perf |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        with open(os.path.join(d, f"busbw-{coll}.dat"), "w") as dat:
+            dat.write("bytes\ttandem (torch.distributed)\tgloo (torch.distributed)\t"
+                      "tandem-perf\n")
+            for b in sizes:
+                g, t, q = gloo.get((coll, b)), tandem.get((coll, b)), p.get(b)
+                cell = lambda x, i, f: (f % x[i]) if x else "-"  # noqa: E731
+                speed = f"{t[1] / g[1]:.1f}x" if g and t and g[1] > 0 else (
+                    f"{g[0] / t[0]:.1f}x (time)" if g and t else "-")
+                ratio = f"{t[1] / q[1]:.2f}" if t and q and q[1] > 0 else "-"
+                print(f"| {human(b)} | {cell(g, 0, '%.1f')} | {cell(t, 0, '%.1f')} "
+                      f"| {cell(g, 1, '%.3f')} | {cell(t, 1, '%.3f')} | {speed} "
+                      f"| {cell(q, 1, '%.3f')} | {ratio} |")
+                dat.write(f"{b}\t{t[1] if t else 'NaN'}\t{g[1] if g else 'NaN'}\t"
+                          f"{q[1] if q else 'NaN'}\n")
+    runs = {b: result(os.path.join(d, f"{b}-ddp.log")) for b in ("gloo", "tandem")}
+    if any(runs.values()):
+        print("\n#### Fashion-MNIST CNN, Python DDP, 2 ranks\n")
+        print("| backend | steps | ms/step | images/s | test accuracy % |")
+        print("|---|---:|---:|---:|---:|")
+        for b, r in runs.items():
+            if r:
+                print(f"| {b} | {r['steps']} | {float(r['ms_per_step']):.2f} "
+                      f"| {float(r['images_per_s']):.0f} | {float(r['test_accuracy']):.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# torch.distributed with backend gloo and backend tandem, side by side, in one run: the same
+# Python program (collectives.py) sweeps all_reduce, broadcast and all_gather from MIN to MAX
+# bytes on NP ranks under tandemrun with each backend, tandem-perf measures the same sizes, and
+# the Fashion-MNIST CNN trains with Python DDP (bench/pytorch_ddp/train.py --backend) with
+# each. Prints the tables (compare.py) and draws DIR/busbw.png (bench/plot.gp).
+#
+#   bench/torch_backend/run.sh                     # sweep 8 B .. 128 MiB, DDP 1 epoch
+#   EPOCHS=0 MAX_STEPS=220 bench/torch_backend/run.sh   # DDP timing only
+#
+# Knobs: MIN, MAX, FACTOR (bench/lib.sh), NP (2), BUDGET (timed seconds per size, 0.5),
+# EPOCHS (1), MAX_STEPS (0: whole epochs), OUT (default: a fresh temporary directory).
+# Needs make build; installs python3-torch, dataset-fashion-mnist and gnuplot when missing.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+# shellcheck source=../lib.sh
+source "$repo/bench/lib.sh"
+BUDGET=${BUDGET:-0.5}
+EPOCHS=${EPOCHS:-1}
+MAX_STEPS=${MAX_STEPS:-0}
+PYTHON=${PYTHON:-/usr/bin/python3}
+export TANDEM_PYTHON=$PYTHON OMP_NUM_THREADS=1
+
+"$PYTHON" -c "import torch" 2>/dev/null || install_packages "PyTorch" python3-torch
+[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
+  install_packages "Fashion-MNIST" dataset-fashion-mnist
+command -v gnuplot >/dev/null || install_packages "gnuplot" gnuplot-nox
+for f in bin/tandemrun bin/tandem-perf python/tandem/torch.py; do
+  [ -e "$BUILD_DIR/$f" ] || { echo "run.sh: $BUILD_DIR/$f is missing: make build first" >&2; exit 1; }
+done
+OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/torch-backend-bench.XXXXXX")}
+mkdir -p "$OUT"
+echo "run.sh: $NP ranks, $MIN .. $MAX x$FACTOR; logs in $OUT"
+run=("$BUILD_DIR/bin/tandemrun" --nproc-per-node "$NP")
+for backend in gloo tandem; do
+  echo "run.sh: collectives with backend $backend"
+  timeout -k 10 "$RUN_TIMEOUT" "${run[@]}" "$here/collectives.py" --backend "$backend" \
+    --min "$MIN" --max "$MAX" --factor "$FACTOR" --time-budget "$BUDGET" \
+    >"$OUT/$backend-collectives.log" 2>&1
+done
+for c in allreduce broadcast allgather; do
+  echo "run.sh: tandem-perf $c"
+  timeout -k 10 "$RUN_TIMEOUT" "${run[@]}" "$BUILD_DIR/bin/tandem-perf" -c "$c" -b "$MIN" \
+    -e "$MAX" -f "$FACTOR" -n 200 -w 20 >"$OUT/perf-$c.log" 2>&1
+done
+if [ "$EPOCHS" != 0 ] || [ "$MAX_STEPS" != 0 ]; then
+  for backend in gloo tandem; do
+    echo "run.sh: Fashion-MNIST DDP with backend $backend"
+    timeout -k 10 "$RUN_TIMEOUT" "${run[@]}" "$repo/bench/pytorch_ddp/train.py" \
+      --backend "$backend" --epochs "$EPOCHS" --max-steps "$MAX_STEPS" >"$OUT/$backend-ddp.log" 2>&1
+  done
+fi
+"$PYTHON" "$here/compare.py" "$OUT" | tee "$OUT/tables.md"
+gnuplot -e "dir='$OUT'; out='$OUT/busbw.png'; colls='all_reduce broadcast all_gather'; last=4; \
+title='torch.distributed busbw: backend tandem vs gloo, $NP ranks, float32'" "$repo/bench/plot.gp"
+echo "run.sh: tables in $OUT/tables.md, plot in $OUT/busbw.png"
