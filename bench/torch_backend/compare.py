@@ -2,13 +2,16 @@
 """Tables (and gnuplot .dat files) of torch.distributed with backend gloo and backend tandem,
 beside tandem-perf's own figure, from the logs run.sh writes.
 
-Usage: compare.py DIR   (DIR holds {gloo,tandem}-collectives.log, perf-<collective>.log and,
-optionally, {gloo,tandem}-ddp.log). Prints per collective: size, mean time per call (us) and
+Usage: compare.py DIR   (DIR holds {gloo,tandem}-collectives.r<k>.log, perf-<collective>.r<k>.log,
+one per round k, and optionally {gloo,tandem}-ddp.log). Each cell is the median over the
+rounds (time and busbw separately). Prints per collective: size, mean time per call (us) and
 busbw (GB/s) for each; tandem/gloo busbw; tandem through torch / tandem-perf. Writes
 DIR/busbw-<collective>.dat for bench/plot.gp (columns: bytes, tandem, gloo, tandem-perf).
 """
+import glob
 import os
 import re
+import statistics
 import sys
 
 ROW = re.compile(r"row: (.*)$")
@@ -46,6 +49,16 @@ def perf(path, in_place):
     return out
 
 
+def median_of(paths, read):
+    """Per key, the median of each field over the rounds' files."""
+    seen = {}
+    for path in paths:
+        for key, fields in read(path).items():
+            seen.setdefault(key, []).append(fields)
+    return {k: tuple(statistics.median(f[i] for f in v) for i in range(len(v[0])))
+            for k, v in seen.items()}
+
+
 def result(path):
     if not os.path.exists(path):
         return None
@@ -69,14 +82,15 @@ def main():
         print(__doc__)
         return 2
     d = sys.argv[1]
-    gloo, tandem = rows(os.path.join(d, "gloo-collectives.log")), rows(
-        os.path.join(d, "tandem-collectives.log"))
+    gloo = median_of(sorted(glob.glob(os.path.join(d, "gloo-collectives.r*.log"))), rows)
+    tandem = median_of(sorted(glob.glob(os.path.join(d, "tandem-collectives.r*.log"))), rows)
     for coll in ("all_reduce", "broadcast", "all_gather"):
         sizes = sorted({b for (c, b) in list(gloo) + list(tandem) if c == coll})
         if not sizes:
             continue
         # torch's all_reduce and broadcast work in place; all_gather out of place.
-        p = perf(os.path.join(d, f"perf-{PERF_NAMES[coll]}.log"), coll != "all_gather")
+        p = median_of(sorted(glob.glob(os.path.join(d, f"perf-{PERF_NAMES[coll]}.r*.log"))),
+                      lambda path: perf(path, coll != "all_gather"))
         print(f"\n#### {coll}: torch.distributed, 2 ranks, float32\n")
         print("| size | gloo µs | tandem µs | gloo busbw | tandem busbw | tandem / gloo "
               "| tandem-perf busbw | torch / tandem-perf |")
@@ -87,8 +101,8 @@ def main():
             for b in sizes:
                 g, t, q = gloo.get((coll, b)), tandem.get((coll, b)), p.get(b)
                 cell = lambda x, i, f: (f % x[i]) if x else "-"  # noqa: E731
-                speed = f"{t[1] / g[1]:.1f}x" if g and t and g[1] > 0 else (
-                    f"{g[0] / t[0]:.1f}x (time)" if g and t else "-")
+                # Same bytes: the busbw ratio is the inverse ratio of the times.
+                speed = f"{g[0] / t[0]:.1f}x" if g and t else "-"
                 ratio = f"{t[1] / q[1]:.2f}" if t and q and q[1] > 0 else "-"
                 print(f"| {human(b)} | {cell(g, 0, '%.1f')} | {cell(t, 0, '%.1f')} "
                       f"| {cell(g, 1, '%.3f')} | {cell(t, 1, '%.3f')} | {speed} "

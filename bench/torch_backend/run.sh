@@ -3,12 +3,14 @@
 # Python program (collectives.py) sweeps all_reduce, broadcast and all_gather from MIN to MAX
 # bytes on NP ranks under tandemrun with each backend, tandem-perf measures the same sizes, and
 # the Fashion-MNIST CNN trains with Python DDP (bench/pytorch_ddp/train.py --backend) with
-# each. Prints the tables (compare.py) and draws DIR/busbw.png (bench/plot.gp).
+# each. The sweeps run ROUNDS times, interleaved (gloo, tandem, tandem-perf in each round), and
+# each cell is the median of the rounds: one machine's noise shows in one round, not in the
+# table. Prints the tables (compare.py) and draws DIR/busbw.png (bench/plot.gp).
 #
 #   bench/torch_backend/run.sh                     # sweep 8 B .. 128 MiB, DDP 1 epoch
 #   EPOCHS=0 MAX_STEPS=220 bench/torch_backend/run.sh   # DDP timing only
 #
-# Knobs: MIN, MAX, FACTOR (bench/lib.sh), NP (2), BUDGET (timed seconds per size, 0.5),
+# Knobs: MIN, MAX, FACTOR (bench/lib.sh), NP (2), ROUNDS (3), BUDGET (timed seconds per size, 0.5),
 # EPOCHS (1), MAX_STEPS (0: whole epochs), OUT (default: a fresh temporary directory).
 # Needs make build; installs python3-torch, dataset-fashion-mnist and gnuplot when missing.
 set -euo pipefail
@@ -17,6 +19,7 @@ repo=$(cd "$here/../.." && pwd)
 # shellcheck source=../lib.sh
 source "$repo/bench/lib.sh"
 BUDGET=${BUDGET:-0.5}
+ROUNDS=${ROUNDS:-3}
 EPOCHS=${EPOCHS:-1}
 MAX_STEPS=${MAX_STEPS:-0}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -33,16 +36,18 @@ OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/torch-backend-bench.XXXXXX")}
 mkdir -p "$OUT"
 echo "run.sh: $NP ranks, $MIN .. $MAX x$FACTOR; logs in $OUT"
 run=("$BUILD_DIR/bin/tandemrun" --nproc-per-node "$NP")
-for backend in gloo tandem; do
-  echo "run.sh: collectives with backend $backend"
-  timeout -k 10 "$RUN_TIMEOUT" "${run[@]}" "$here/collectives.py" --backend "$backend" \
-    --min "$MIN" --max "$MAX" --factor "$FACTOR" --time-budget "$BUDGET" \
-    >"$OUT/$backend-collectives.log" 2>&1
-done
-for c in allreduce broadcast allgather; do
-  echo "run.sh: tandem-perf $c"
-  timeout -k 10 "$RUN_TIMEOUT" "${run[@]}" "$BUILD_DIR/bin/tandem-perf" -c "$c" -b "$MIN" \
-    -e "$MAX" -f "$FACTOR" -n 200 -w 20 >"$OUT/perf-$c.log" 2>&1
+for round in $(seq 1 "$ROUNDS"); do
+  for backend in gloo tandem; do
+    echo "run.sh: round $round: collectives with backend $backend"
+    timeout -k 10 "$RUN_TIMEOUT" "${run[@]}" "$here/collectives.py" --backend "$backend" \
+      --min "$MIN" --max "$MAX" --factor "$FACTOR" --time-budget "$BUDGET" \
+      >"$OUT/$backend-collectives.r$round.log" 2>&1
+  done
+  for c in allreduce broadcast allgather; do
+    echo "run.sh: round $round: tandem-perf $c"
+    timeout -k 10 "$RUN_TIMEOUT" "${run[@]}" "$BUILD_DIR/bin/tandem-perf" -c "$c" -b "$MIN" \
+      -e "$MAX" -f "$FACTOR" -n 200 -w 20 >"$OUT/perf-$c.r$round.log" 2>&1
+  done
 done
 if [ "$EPOCHS" != 0 ] || [ "$MAX_STEPS" != 0 ]; then
   for backend in gloo tandem; do
