@@ -53,13 +53,14 @@ count_ctest() {
   local f t
   f=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
   t=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\2/' <<<"$line")
-  # ctest counts a skipped test among the passed ones; here it is counted apart.
+  # ctest's "out of N" leaves the skipped tests out (it lists them as "did not run"): they
+  # are counted apart here, never as passed.
   local k=0 name
   while IFS= read -r name; do
     skips+=("$stage: $name")
     k=$((k + 1))
   done < <(sed -nE '/The following tests did not run:/,/^$/ s/^[[:space:]]+[0-9]+ - (.+) \(Skipped\)$/\1/p' "$log")
-  passed=$((passed + t - f - k))
+  passed=$((passed + t - f))
   skipped=$((skipped + k))
   failed=$((failed + f))
   # ctest lists them after "The following tests FAILED:" as "<tab>  12 - Suite.Name (Failed)".
