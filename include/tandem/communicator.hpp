@@ -70,6 +70,13 @@ struct CommOptions {
   /// machine of its own. For tests and for trying a multi-host layout on one machine; empty
   /// (the default) means the real host only.
   std::string host_label;
+  /// Asynchronous operations do not wake the worker thread at once: the first Work::wait()
+  /// runs the operation on the waiting thread, and the worker, polling every `lazy_start`
+  /// while operations keep coming (sleeping once none came for a while, and then woken as
+  /// usual), starts those nobody waited for. For callers that mostly wait right away, such as
+  /// torch.distributed's blocking calls: a thread wake-up per call costs several times a
+  /// small collective. Zero (the default): the worker is woken at once.
+  std::chrono::microseconds lazy_start{0};
 };
 
 /// Per-call options.

@@ -270,6 +270,7 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
   impl->base_store = store;
   impl->store = std::make_shared<store::PrefixStore>(prefix, store);
   impl->store->set_timeout(impl->timeout);
+  impl->lazy_start = options.lazy_start;
   impl->options = std::move(options);
   if (is_world) log::set_rank(rank, size);
   if (auto* sink = core::trace::Sink::get()) {

@@ -128,11 +128,14 @@ void Communicator::Impl::run_blocking(Op& op, std::span<const std::size_t> count
 std::shared_ptr<Work> Communicator::Impl::submit(const Op& op,
                                                  std::span<const std::size_t> counts) {
   std::shared_ptr<OpWork> work;
+  bool wake = true;
   {
     std::lock_guard guard(mutex);
     work = enqueue(op, counts);
+    // Lazy start: a polling worker finds it by itself, unless a waiter runs it first.
+    wake = lazy_start.count() == 0 || worker_asleep;
   }
-  worker_cv.notify_one();
+  if (wake) worker_cv.notify_one();
   return work;
 }
 

@@ -143,7 +143,11 @@ struct Communicator::Impl {
   std::condition_variable worker_cv;
   std::deque<std::shared_ptr<comm::OpWork>> queue;
   std::atomic<bool> stopping{false};  ///< the destructor runs: the worker exits
-  std::size_t active = 0;             ///< operations taken by the worker, not yet completed
+  /// CommOptions::lazy_start: submit() wakes the worker only while it sleeps without a
+  /// timeout (`worker_asleep`, guarded by `mutex`); otherwise it polls every lazy_start.
+  std::chrono::microseconds lazy_start{0};
+  bool worker_asleep = false;
+  std::size_t active = 0;  ///< operations taken by the worker, not yet completed
   std::thread worker;
   /// Point-to-point operations the worker posted that are not complete (worker only).
   std::vector<std::shared_ptr<comm::OpWork>> in_flight;

@@ -26,6 +26,8 @@ namespace {
 
 constexpr auto kMinPause = std::chrono::microseconds(20);
 constexpr auto kMaxPause = std::chrono::microseconds(1000);
+// Lazy start: polls of an idle worker before it sleeps until woken (256 x 200 us: 51 ms).
+constexpr int kLazyPolls = 256;
 
 }  // namespace
 
@@ -44,7 +46,16 @@ void Communicator::Impl::worker_loop() {
   std::chrono::microseconds pause = kMinPause;
   for (;;) {
     if (in_flight.empty()) {
-      worker_cv.wait(lock, [&] { return stopping || (!queue.empty() && claim_mesh()); });
+      const auto ready = [&] { return stopping || (!queue.empty() && claim_mesh()); };
+      // Lazy start: poll while operations keep coming, then sleep until woken.
+      bool found = false;
+      for (int i = 0; lazy_start.count() > 0 && i < kLazyPolls && !found; ++i)
+        found = worker_cv.wait_for(lock, lazy_start, ready);
+      if (!found) {
+        worker_asleep = true;
+        worker_cv.wait(lock, ready);
+        worker_asleep = false;
+      }
       if (stopping) return;
     } else if (stopping) {
       lock.unlock();

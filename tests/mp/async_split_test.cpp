@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 namespace tandem::mptest {
@@ -76,6 +77,37 @@ TEST_P(Async, InFlightWaitedInReverseThenBlockingRunsAfter) {
         EXPECT_TRUE(w1->test());
         EXPECT_TRUE(w2->test());
         expect_sums(a, ctx.size, 3, "allreduce then broadcast");
+      },
+      run_options(GetParam()));
+  testing::expect_all_ok(exits);
+}
+
+// CommOptions::lazy_start: the worker is not woken per operation. Operations nobody waits for
+// still complete (the polling worker starts them), in order, with the right values; a waited
+// one runs on the waiting thread.
+TEST_P(Async, LazyStartCompletesOperationsNobodyWaitsFor) {
+  const auto exits = testing::run_ranks(
+      2,
+      [&](const testing::RankContext& ctx) {
+        CommOptions options;
+        options.lazy_start = std::chrono::microseconds(200);
+        auto comm = connect(ctx, options);
+        std::vector<std::vector<float>> bufs;
+        std::vector<std::shared_ptr<Work>> works;
+        for (int i = 0; i < 4; ++i) bufs.push_back(contribution(ctx.rank, 100 + i, i));
+        for (auto& v : bufs) {
+          auto view = BufferView::of(std::span<float>(v));
+          works.push_back(comm->allreduce_async(view, view, ReduceOp::sum));
+        }
+        // Polled, never waited: only the worker can run them.
+        const auto deadline = deadline_in(std::chrono::seconds(60));
+        while (!works.back()->test() && Clock::now() < deadline) std::this_thread::yield();
+        for (auto& w : works) EXPECT_TRUE(w->test());
+        for (int i = 0; i < 4; ++i) expect_sums(bufs[i], 2, i, "lazily started allreduce");
+        std::vector<float> v = contribution(ctx.rank, 33, 9);
+        auto view = BufferView::of(std::span<float>(v));
+        comm->allreduce_async(view, view, ReduceOp::sum)->wait();
+        expect_sums(v, 2, 9, "waited allreduce");
       },
       run_options(GetParam()));
   testing::expect_all_ok(exits);
