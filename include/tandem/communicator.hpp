@@ -75,7 +75,9 @@ struct CommOptions {
   /// while operations keep coming (sleeping once none came for a while, and then woken as
   /// usual), starts those nobody waited for. For callers that mostly wait right away, such as
   /// torch.distributed's blocking calls: a thread wake-up per call costs several times a
-  /// small collective. Zero (the default): the worker is woken at once.
+  /// small collective. It adapts: once the worker finds an operation nobody waited for, the
+  /// next ones wake it at once again, until a waiter runs one itself. Zero (the default): the
+  /// worker is woken at once.
   std::chrono::microseconds lazy_start{0};
 };
 

@@ -133,7 +133,7 @@ std::shared_ptr<Work> Communicator::Impl::submit(const Op& op,
     std::lock_guard guard(mutex);
     work = enqueue(op, counts);
     // Lazy start: a polling worker finds it by itself, unless a waiter runs it first.
-    wake = lazy_start.count() == 0 || worker_asleep;
+    wake = lazy_start.count() == 0 || worker_asleep || !lazy_now;
   }
   if (wake) worker_cv.notify_one();
   return work;
@@ -299,6 +299,7 @@ void Communicator::Impl::run_if_next(const OpWork* work) {
   std::shared_ptr<OpWork> next;
   {
     std::lock_guard guard(mutex);
+    lazy_now = true;  // the caller waits right away: waking the worker at submit() is wasted
     if (stopping || queue.empty() || queue.front().get() != work ||
         comm::is_p2p(work->op.call.kind))
       return;

@@ -147,6 +147,11 @@ struct Communicator::Impl {
   /// timeout (`worker_asleep`, guarded by `mutex`); otherwise it polls every lazy_start.
   std::chrono::microseconds lazy_start{0};
   bool worker_asleep = false;
+  /// Lazy start adapts to the caller: a thread that waits for an operation still pending
+  /// sets it, the worker taking one from the queue (nobody was there to run it) clears it,
+  /// and while it is clear submit() wakes the worker at once (DDP's buckets, whose futures
+  /// are not waited for through Work::wait).
+  bool lazy_now = true;
   std::size_t active = 0;  ///< operations taken by the worker, not yet completed
   std::thread worker;
   /// Point-to-point operations the worker posted that are not complete (worker only).

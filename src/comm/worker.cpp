@@ -49,7 +49,7 @@ void Communicator::Impl::worker_loop() {
       const auto ready = [&] { return stopping || (!queue.empty() && claim_mesh()); };
       // Lazy start: poll while operations keep coming, then sleep until woken.
       bool found = false;
-      for (int i = 0; lazy_start.count() > 0 && i < kLazyPolls && !found; ++i)
+      for (int i = 0; lazy_start.count() > 0 && lazy_now && i < kLazyPolls && !found; ++i)
         found = worker_cv.wait_for(lock, lazy_start, ready);
       if (!found) {
         worker_asleep = true;
@@ -90,6 +90,7 @@ void Communicator::Impl::worker_loop() {
     // This thread owns the mesh: take the next operation.
     auto work = std::move(queue.front());
     queue.pop_front();
+    lazy_now = false;  // nobody waited for it: wake the worker for the next ones
     if (queue.empty()) state.fetch_and(~kQueued, std::memory_order_relaxed);
     ++active;
     lock.unlock();
