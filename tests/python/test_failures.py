@@ -59,7 +59,9 @@ def test_frozen_rank_fails_the_others_at_the_group_timeout():
     for r in (0, 2):
         rep = reports[r]
         assert rep["error"] in ("CollectiveTimeoutError", "AbortedError"), rep
-        assert "rank 1" in rep["message"], rep
+    # The survivor that waited on rank 1 names it; the other may be told only that this
+    # survivor aborted (whichever timed out first tells the other).
+    assert any("rank 1" in reports[r]["message"] for r in (0, 2)), reports
 
 
 def test_mismatched_collectives_are_named():
