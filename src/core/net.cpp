@@ -182,16 +182,28 @@ std::vector<SockAddr> resolve(std::string_view host, std::uint16_t port, bool pa
   return out;
 }
 
+namespace {
+
+// A close-on-exec TCP socket for `a`'s family with SO_REUSEADDR; empty (errno set) on failure.
+Fd reusable_socket(const SockAddr& a) {
+  Fd fd(::socket(a.family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (fd) {
+    const int one = 1;
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  }
+  return fd;
+}
+
+}  // namespace
+
 Fd reserve_tcp_port(std::string_view bind_addr) {
   int last_err = 0;
   for (const auto& a : resolve(bind_addr, 0, /*passive=*/true)) {
-    Fd fd(::socket(a.family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
+    Fd fd = reusable_socket(a);
     if (!fd) {
       last_err = errno;
       continue;
     }
-    const int one = 1;
-    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (::bind(fd.get(), a.get(), a.len) == 0) return fd;
     last_err = errno;
   }
@@ -208,13 +220,11 @@ Fd listen_tcp(std::string_view bind_addr, std::uint16_t port, int backlog) {
   int last_err = 0;
   std::string last_addr = format_host_port(bind_addr.empty() ? "*" : bind_addr, port);
   for (const auto& a : addrs) {
-    Fd fd(::socket(a.family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
+    Fd fd = reusable_socket(a);
     if (!fd) {
       last_err = errno;
       continue;
     }
-    const int one = 1;
-    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (a.family() == AF_INET6 && bind_addr.empty()) {
       const int zero = 0;
       ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);

@@ -67,6 +67,12 @@ std::optional<BufferView> adjacent(const Tensors& list) {
   return v;
 }
 
+// What completes a call whose result landed in `s`'s buffer: nothing, or the copy back.
+std::function<void()> copy_back(const Staged& s) {
+  if (!s.copied()) return {};
+  return [s] { s.copy_back(); };
+}
+
 }  // namespace
 
 Group::Group(std::shared_ptr<store::Store> store, int rank, int size,
@@ -143,8 +149,7 @@ WorkPtr Group::allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) {
     const auto s = Staged::of(tensors[0]);
     const auto v = view_of(s.buffer, true, name);
     auto part = comm()->allreduce_async(v, v, op);
-    std::function<void()> done;
-    if (s.copied()) done = [s] { s.copy_back(); };
+    auto done = copy_back(s);
     return launch(c10d::OpType::ALLREDUCE, tensors, {part}, std::move(done), {s.buffer});
   }
   // Several tensors on one rank: all of them, on every rank, are reduced into each.
@@ -230,8 +235,7 @@ WorkPtr Group::allgather_base(at::Tensor& output, at::Tensor& input) {
   const auto in = input.contiguous();
   const auto s = Staged::of(output);
   auto part = comm()->allgather_async(view_of(in, false, name), view_of(s.buffer, false, name));
-  std::function<void()> done;
-  if (s.copied()) done = [s] { s.copy_back(); };
+  auto done = copy_back(s);
   return launch(c10d::OpType::_ALLGATHER_BASE, {output}, {part}, std::move(done), {in, s.buffer});
 }
 
@@ -271,8 +275,7 @@ WorkPtr Group::scatter(Tensors& outputs, std::vector<Tensors>& inputs,
   check_root(root, size_, name);
   check_tensor(outputs[0], name);
   const auto s = Staged::of(outputs[0]);
-  std::function<void()> done;
-  if (s.copied()) done = [s] { s.copy_back(); };
+  auto done = copy_back(s);
   if (rank_ != root) {
     TANDEM_CHECK_ARG(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
                      "{}: only the root (rank {}) passes a scatter_list", name, root);
@@ -301,8 +304,7 @@ WorkPtr Group::reduce_scatter(Tensors& outputs, std::vector<Tensors>& inputs,
   const auto s = Staged::of(outputs[0]);
   auto part =
       comm()->reduce_scatter_async(view_of(flat, true, name), view_of(s.buffer, true, name), op);
-  std::function<void()> done;
-  if (s.copied()) done = [s] { s.copy_back(); };
+  auto done = copy_back(s);
   return launch(c10d::OpType::REDUCE_SCATTER, outputs, {part}, std::move(done), {flat, s.buffer});
 }
 
@@ -321,8 +323,7 @@ WorkPtr Group::reduce_scatter_base(at::Tensor& output, at::Tensor& input,
   const auto s = Staged::of(output);
   auto part =
       comm()->reduce_scatter_async(view_of(in, true, name), view_of(s.buffer, true, name), op);
-  std::function<void()> done;
-  if (s.copied()) done = [s] { s.copy_back(); };
+  auto done = copy_back(s);
   return launch(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, {part}, std::move(done),
                 {in, s.buffer});
 }
@@ -382,8 +383,7 @@ WorkPtr Group::alltoall_base(at::Tensor& output, at::Tensor& input,
                    c10::toString(input.scalar_type()), c10::toString(output.scalar_type()));
   const auto in = input.contiguous();
   const auto s = Staged::of(output);
-  std::function<void()> done;
-  if (s.copied()) done = [s] { s.copy_back(); };
+  auto done = copy_back(s);
   const auto world = static_cast<std::size_t>(size_);
   if (output_splits.empty() && input_splits.empty()) {
     TANDEM_CHECK_ARG(elements(in) == elements(output) && (in.dim() == 0 || in.size(0) % size_ == 0),
@@ -468,8 +468,7 @@ WorkPtr Group::recv(Tensors& tensors, int src, int tag) {
   const auto s = Staged::of(tensors[0]);
   auto part =
       comm()->recv_async(view_of(s.buffer, false, name), src, static_cast<std::uint32_t>(tag));
-  std::function<void()> done;
-  if (s.copied()) done = [s] { s.copy_back(); };
+  auto done = copy_back(s);
   return launch(c10d::OpType::RECV, tensors, {part}, std::move(done), {s.buffer});
 }
 
