@@ -109,6 +109,7 @@ void Communicator::Impl::run_blocking(Op& op, std::span<const std::size_t> count
     const auto it = std::find(queue.begin(), queue.end(), work);
     if (it != queue.end()) {
       queue.erase(it);
+      ++dequeued;
       if (queue.empty()) state.fetch_and(~kQueued, std::memory_order_relaxed);
       lock.unlock();
       const std::string message =
@@ -132,8 +133,9 @@ std::shared_ptr<Work> Communicator::Impl::submit(const Op& op,
   {
     std::lock_guard guard(mutex);
     work = enqueue(op, counts);
-    // Lazy start: a polling worker finds it by itself, unless a waiter runs it first.
-    wake = lazy_start.count() == 0 || worker_asleep || !lazy_now;
+    // Lazy start: a polling worker finds it by itself, unless a waiter runs it first. A
+    // send or receive only the worker runs.
+    wake = lazy_start.count() == 0 || worker_asleep || !lazy_now || comm::is_p2p(op.call.kind);
   }
   if (wake) worker_cv.notify_one();
   return work;
@@ -312,6 +314,7 @@ void Communicator::Impl::run_if_next(const OpWork* work) {
       return;
     next = std::move(queue.front());
     queue.pop_front();
+    ++dequeued;
     if (queue.empty()) state.fetch_and(~kQueued, std::memory_order_relaxed);
     ++active;
   }

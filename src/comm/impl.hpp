@@ -152,6 +152,9 @@ struct Communicator::Impl {
   /// and while it is clear submit() wakes the worker at once (DDP's buckets, whose futures
   /// are not waited for through Work::wait).
   bool lazy_now = true;
+  /// Operations taken from the queue so far (guarded by `mutex`): a polling worker takes
+  /// an operation only when it is the one it saw at the front a whole period earlier.
+  std::uint64_t dequeued = 0;
   std::size_t active = 0;  ///< operations taken by the worker, not yet completed
   std::thread worker;
   /// Point-to-point operations the worker posted that are not complete (worker only).

@@ -47,10 +47,24 @@ void Communicator::Impl::worker_loop() {
   for (;;) {
     if (in_flight.empty()) {
       const auto ready = [&] { return stopping || (!queue.empty() && claim_mesh()); };
-      // Lazy start: poll while operations keep coming, then sleep until woken.
+      // Lazy start: poll while operations keep coming, then sleep until woken. A poll takes
+      // only an operation that was already at the front one period earlier: nobody came to
+      // run it. One queued a moment ago belongs to the caller about to wait for it; taking
+      // it would turn lazy start off and make every later call pay for waking this thread.
+      // A notification (release_mesh(): the mesh is free and operations wait) takes it at
+      // once, and so does a send or receive, which no waiting caller runs.
+      const auto p2p_first = [&] {
+        return !queue.empty() && comm::is_p2p(queue.front()->op.call.kind);
+      };
       bool found = false;
-      for (int i = 0; lazy_start.count() > 0 && lazy_now && i < kLazyPolls && !found; ++i)
-        found = worker_cv.wait_for(lock, lazy_start, ready);
+      for (int i = 0; lazy_start.count() > 0 && lazy_now && i < kLazyPolls && !found; ++i) {
+        const bool had_front = !queue.empty();
+        const std::uint64_t seen = dequeued;
+        const bool notified =
+            p2p_first() || worker_cv.wait_for(lock, lazy_start) == std::cv_status::no_timeout;
+        found = stopping || ((notified || p2p_first() || (had_front && dequeued == seen)) &&
+                             !queue.empty() && claim_mesh());
+      }
       if (!found) {
         worker_asleep = true;
         worker_cv.wait(lock, ready);
@@ -90,6 +104,7 @@ void Communicator::Impl::worker_loop() {
     // This thread owns the mesh: take the next operation.
     auto work = std::move(queue.front());
     queue.pop_front();
+    ++dequeued;
     lazy_now = false;  // nobody waited for it: wake the worker for the next ones
     if (queue.empty()) state.fetch_and(~kQueued, std::memory_order_relaxed);
     ++active;

@@ -113,6 +113,34 @@ TEST_P(Async, LazyStartCompletesOperationsNobodyWaitsFor) {
   testing::expect_all_ok(exits);
 }
 
+// Under lazy start, sends and receives (which no waiting caller runs: only the worker
+// progresses them) interleaved with waited collectives all complete with the right values.
+TEST_P(Async, LazyStartRunsSendsAndReceivesBetweenWaitedCollectives) {
+  const auto exits = testing::run_ranks(
+      2,
+      [&](const testing::RankContext& ctx) {
+        CommOptions options;
+        options.lazy_start = std::chrono::microseconds(200);
+        auto comm = connect(ctx, options);
+        const int peer = 1 - ctx.rank;
+        for (int i = 0; i < 20; ++i) {
+          std::vector<float> out = contribution(ctx.rank, 64, i);
+          std::vector<float> in(out.size(), -1.f);
+          auto recv = comm->recv_async(BufferView::of(std::span<float>(in)), peer, 7);
+          auto send = comm->send_async(BufferView::of(std::span<float>(out)), peer, 7);
+          send->wait();
+          recv->wait();
+          EXPECT_EQ(in, contribution(peer, 64, i)) << "message " << i;
+          std::vector<float> v = contribution(ctx.rank, 100, i);
+          auto view = BufferView::of(std::span<float>(v));
+          comm->allreduce_async(view, view, ReduceOp::sum)->wait();
+          expect_sums(v, 2, i, "allreduce between messages");
+        }
+      },
+      run_options(GetParam()));
+  testing::expect_all_ok(exits);
+}
+
 TEST_P(Async, WorkWaitTimesOutWhileThePeerIsLateThenCompletes) {
   const auto exits = testing::run_ranks(
       2,
