@@ -6,7 +6,7 @@
 #
 #   bench/run-all.sh                                  # everything, ~12 min on 2 idle cores
 #   ITERS=50 WARMUP=10 COLLECTIVES="broadcast allgather" bench/run-all.sh
-#   UPDATE_DOCS=1 bench/run-all.sh                    # also the plot to docs/, table to README
+#   UPDATE_DOCS=1 bench/run-all.sh                    # also the plot to docs/, table to docs/benchmarks.md
 #
 # Series (file prefix in $OUT):
 #   tandem-shm  tandemrun + tandem-perf, the selector's choice (tandem-perf names it)
@@ -29,7 +29,7 @@
 # LIBS (default "tandem openmpi mpich gloo"), OUT (default <repo>/build/bench-all), BUILD_DIR
 # (default <repo>/build; holds bin/tandemrun and bin/tandem-perf), RUN_TIMEOUT (seconds per
 # run, default 900), PLOT_TITLE, UPDATE_DOCS=1 (copy busbw.png to docs/bench-busbw.png and
-# results.md into README.md between <!-- bench-all:begin --> and <!-- bench-all:end -->).
+# results.md into docs/benchmarks.md between <!-- bench-all:begin --> and <!-- bench-all:end -->).
 # Writes $OUT/results.{md,csv,json}, $OUT/busbw.png, the merged tables and, in
 # $OUT/round<k>-small and -large, every pass's own tables.
 # Installs the libraries from Debian when missing (as root): openmpi-bin libopenmpi-dev, mpich
@@ -165,11 +165,11 @@ if command -v gnuplot >/dev/null; then
   gnuplot -e "dir='$OUT'; out='$OUT/busbw.png'; colls='$COLLECTIVES'; title='$title'" \
     "$here/plot.gp" && echo "run-all.sh: plot: $OUT/busbw.png"
 fi
-# UPDATE_DOCS=1: the plot to docs/, the tables into the README between its bench-all markers.
+# UPDATE_DOCS=1: the plot to docs/, the tables into docs/benchmarks.md between its bench-all markers.
 if [ "${UPDATE_DOCS:-0}" = 1 ]; then
   mkdir -p "$repo/docs"
   [ ! -f "$OUT/busbw.png" ] || cp "$OUT/busbw.png" "$repo/docs/bench-busbw.png"
-  python3 - "$repo/README.md" "$OUT/results.md" <<'PY'
+  python3 - "$repo/docs/benchmarks.md" "$OUT/results.md" <<'PY'
 import sys
 readme, results = sys.argv[1], open(sys.argv[2]).read()
 text = open(readme).read()
@@ -179,6 +179,6 @@ if i < 0 or j < i:
     sys.exit("run-all.sh: no bench-all markers in " + readme)
 open(readme, "w").write(text[:i + len(begin)] + results + text[j:])
 PY
-  echo "run-all.sh: updated docs/bench-busbw.png and the README's table"
+  echo "run-all.sh: updated docs/bench-busbw.png and the table in docs/benchmarks.md"
 fi
 exit "$status"
