@@ -32,24 +32,6 @@
 
 namespace tandem {
 
-/// The operations a Communicator offers.
-enum class CollectiveKind : std::uint8_t {
-  allreduce,
-  broadcast,
-  reduce,
-  allgather,
-  allgatherv,
-  reduce_scatter,
-  alltoall,
-  gather,
-  scatter,
-  send,
-  recv,
-  barrier,
-};
-std::string_view to_string(CollectiveKind k) noexcept;
-std::optional<CollectiveKind> parse_collective(std::string_view name) noexcept;
-
 /// Options fixed when a communicator is created. Defaults come from TANDEM_* settings.
 struct CommOptions {
   /// Deadline of every operation (TANDEM_TIMEOUT).

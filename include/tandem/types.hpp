@@ -62,6 +62,24 @@ inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::sum, ReduceOp::prod, Redu
 std::string_view to_string(ReduceOp op) noexcept;
 std::optional<ReduceOp> parse_reduce_op(std::string_view name) noexcept;
 
+/// The operations a Communicator offers.
+enum class CollectiveKind : std::uint8_t {
+  allreduce,
+  broadcast,
+  reduce,
+  allgather,
+  allgatherv,
+  reduce_scatter,
+  alltoall,
+  gather,
+  scatter,
+  send,
+  recv,
+  barrier,
+};
+std::string_view to_string(CollectiveKind k) noexcept;
+std::optional<CollectiveKind> parse_collective(std::string_view name) noexcept;
+
 /// Maps a C++ element type to its DataType (float, double, int8_t, uint8_t, int32_t, int64_t).
 template <class T>
 constexpr DataType dtype_of() noexcept {

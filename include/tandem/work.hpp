@@ -45,6 +45,14 @@ class Work {
   /// throw. This is how bindings chain completion (copy-back, futures) without a thread of
   /// their own per operation.
   void on_complete(std::function<void()> fn);
+  /// When the operation completed, where the communicator records a timeline
+  /// (TANDEM_TRACE); Clock::time_point{} otherwise, and while it is pending.
+  Clock::time_point completed_at() const noexcept {
+    return test() ? completed_at_ : Clock::time_point{};
+  }
+  /// The collective's sequence number on its communicator, as error messages show it
+  /// ("allreduce #12"); -1 for sends, receives and operations not run by a communicator.
+  std::int64_t sequence() const noexcept { return sequence_; }
 
   /// Called by the runtime exactly once.
   void mark_done();
@@ -62,6 +70,8 @@ class Work {
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::exception_ptr error_;
+  Clock::time_point completed_at_{};  ///< set before mark_done()/mark_failed(), if at all
+  std::int64_t sequence_ = -1;
   std::vector<std::function<void()>> callbacks_;
   Clock::duration default_timeout_ = std::chrono::minutes(10);
   friend class Communicator;

@@ -6,7 +6,6 @@
 
 #include "transport/mesh.hpp"
 
-#include <tandem/communicator.hpp>
 #include <tandem/types.hpp>
 
 #include <cstddef>

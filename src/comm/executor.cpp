@@ -152,6 +152,7 @@ std::shared_ptr<OpWork> Communicator::Impl::enqueue(const Op& op,
   // the mesh and a sequence number ahead of this one.
   state.fetch_or(kQueued, std::memory_order_relaxed);
   assign_sequence(work->op, state.fetch_add(sequence_step(op), std::memory_order_relaxed));
+  if (!comm::is_p2p(op.call.kind)) work->set_sequence(static_cast<std::int64_t>(work->op.call.seq));
   return work;
 }
 

@@ -81,10 +81,13 @@ class OpWork final : public Work {
   // Point to point on the worker: the posted request and its flight-recorder ticket.
   transport::Request request;
   std::uint64_t ticket = 0;
-  /// Timeline only: when a send/recv was posted, and when the operation completed (read by
-  /// the DDP Reducer after wait(), to draw when a bucket's allreduce really ended).
+  /// Timeline only: when a send/recv was posted.
   Clock::time_point posted_at{};
-  Clock::time_point completed_at{};
+  /// Timeline only: records when the operation completed (Work::completed_at(), read by the
+  /// DDP Reducer after wait() to draw when a bucket's allreduce really ended).
+  void set_completed_at(Clock::time_point t) noexcept { completed_at_ = t; }
+  /// Work::sequence(), once the executor assigned op.call.seq.
+  void set_sequence(std::int64_t seq) noexcept { sequence_ = seq; }
   std::shared_ptr<WaitHelper> helper;
 
  protected:

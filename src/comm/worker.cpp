@@ -8,7 +8,7 @@
 
 #include "comm/impl.hpp"
 #include "comm/validate.hpp"
-#include "transport/futex.hpp"
+#include "core/futex.hpp"
 
 #include <tandem/error.hpp>
 #include <tandem/log.hpp>
@@ -86,7 +86,7 @@ void Communicator::Impl::worker_loop() {
         if ((state.load(std::memory_order_relaxed) & kQueued) != 0 ||
             stopping.load(std::memory_order_relaxed))
           break;
-        transport::cpu_relax();
+        core::cpu_relax();
         completed = progress_p2p();
       }
       lock.lock();
@@ -122,7 +122,7 @@ void Communicator::Impl::worker_loop() {
 }
 
 void Communicator::Impl::complete(const std::shared_ptr<OpWork>& work, std::exception_ptr failure) {
-  if (trace) work->completed_at = Clock::now();
+  if (trace) work->set_completed_at(Clock::now());
   {
     std::lock_guard guard(mutex);
     --active;

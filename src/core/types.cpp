@@ -1,4 +1,3 @@
-#include <tandem/communicator.hpp>
 #include <tandem/types.hpp>
 
 #include <fmt/format.h>

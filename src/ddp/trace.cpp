@@ -2,7 +2,6 @@
 // backward span with finalize_backward inside it; bucket b gets lane 1 + b, so buckets whose
 // collectives overlap each other and backward each stay on a track of their own.
 
-#include "comm/impl.hpp"
 #include "ddp/reducer_impl.hpp"
 
 #include <tandem/error.hpp>
@@ -58,10 +57,10 @@ void Reducer::Impl::trace_pass(Clock::time_point finalize_start,
       // there (a hook may return another kind of Work; then the end of the pass).
       Clock::time_point done = end;
       std::int64_t seq = -1;
-      if (const auto* w = dynamic_cast<const comm::OpWork*>(k.work.get())) {
-        if (w->completed_at != Clock::time_point{} && w->completed_at <= end)
-          done = w->completed_at;
-        seq = static_cast<std::int64_t>(w->op.call.seq);
+      if (k.work) {
+        const Clock::time_point at = k.work->completed_at();
+        if (at != Clock::time_point{} && at <= end) done = at;
+        seq = k.work->sequence();
       }
       auto& e = trace->next();
       e.label = "bucket";

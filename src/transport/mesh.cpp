@@ -1,9 +1,9 @@
 #include "transport/mesh.hpp"
 
+#include "core/futex.hpp"
 #include "transport/bootstrap.hpp"
 #include "transport/control.hpp"
 #include "transport/endpoint.hpp"
-#include "transport/futex.hpp"
 #include "transport/regions.hpp"
 #include "transport/shm/context.hpp"
 #include "transport/tcp/context.hpp"
@@ -201,7 +201,7 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
       const bool moved = progress_all();
       if (done()) return;
       if (!moved && spin && (i & 7) != 0) {
-        cpu_relax();
+        core::cpu_relax();
         continue;
       }
       const auto now = Clock::now();
@@ -228,7 +228,7 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
         // not notice a yield that finds nothing else to run.
         sched_yield();
       } else {
-        cpu_relax();
+        core::cpu_relax();
       }
     }
   }

@@ -170,13 +170,13 @@ std::unique_ptr<transport::Endpoint> Context::make_endpoint(int peer,
 void Context::ring_peers() noexcept {
   for (Peer& p : peers_) {
     p.view.doorbell->value.fetch_add(1, std::memory_order_release);
-    futex_wake_all(&p.view.doorbell->value);
+    core::futex_wake_all(&p.view.doorbell->value);
   }
 }
 
 void Context::ring_self() noexcept {
   own_view_.doorbell->value.fetch_add(1, std::memory_order_release);
-  futex_wake_all(&own_view_.doorbell->value);
+  core::futex_wake_all(&own_view_.doorbell->value);
 }
 
 }  // namespace tandem::transport::shm

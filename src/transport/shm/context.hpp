@@ -3,8 +3,8 @@
 // and the mappings of every same-host peer's segment. Names are unlinked as soon as every
 // peer has mapped them, so a crash later leaves nothing behind in /dev/shm.
 
+#include "core/futex.hpp"
 #include "transport/endpoint.hpp"
-#include "transport/futex.hpp"
 #include "transport/shm/wire.hpp"
 
 #include <atomic>
@@ -68,7 +68,7 @@ class Context {
       ~Awake() { flag.store(0, std::memory_order_relaxed); }
     } awake{sleeping};
     if (progress()) return true;
-    futex_wait(&bell, seen, slice);
+    core::futex_wait(&bell, seen, slice);
     return false;
   }
   /// Wakes this rank if it sleeps on its doorbell (another thread aborted the mesh).

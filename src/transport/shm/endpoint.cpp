@@ -1,8 +1,8 @@
 #include "transport/shm/endpoint.hpp"
 
 #include "core/copy.hpp"
+#include "core/futex.hpp"
 #include "core/reduce.hpp"
-#include "transport/futex.hpp"
 
 #include <fmt/format.h>
 
@@ -100,7 +100,7 @@ void Endpoint::wake_peer() noexcept {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (wake_.sleeping->load(std::memory_order_relaxed) != 0) {
     wake_.doorbell->fetch_add(1, std::memory_order_release);
-    futex_wake_all(wake_.doorbell);
+    core::futex_wake_all(wake_.doorbell);
   }
 }
 

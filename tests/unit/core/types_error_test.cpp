@@ -1,6 +1,5 @@
 // Names of the core vocabulary (round trips, aliases) and the Error type's formatting.
 
-#include <tandem/communicator.hpp>
 #include <tandem/error.hpp>
 #include <tandem/types.hpp>
 

@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-namespace tandem::transport {
+namespace tandem::core {
 
 static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
@@ -43,4 +43,4 @@ inline void cpu_relax() noexcept {
 #endif
 }
 
-}  // namespace tandem::transport
+}  // namespace tandem::core
