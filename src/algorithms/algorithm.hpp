@@ -1,8 +1,8 @@
 #pragma once
-// Algorithms: one per file, written only against transport::Mesh. The selector asks each
-// registered algorithm of a collective, in order of preference for the call's size,
-// whether it supports() the call; TANDEM_ALGO (or CallOptions::algorithm) moves one to
-// the front.
+// Algorithms: one per file, written only against transport::Mesh. The registry's default
+// choice asks each algorithm of a collective, in order of preference for the call's size,
+// whether it supports() the call; comm::AlgoPolicy puts a forced, per-call or tuned choice
+// before it.
 
 #include "transport/mesh.hpp"
 
@@ -75,23 +75,34 @@ struct Context {
   const Algorithm* ran = nullptr;
 };
 
+/// One way to run one collective. An algorithm is a class in its own file deriving from this
+/// one (its collective and name given here, supports() where it does not run every call,
+/// run()) with a factory listed in builtin.hpp.
 class Algorithm {
  public:
+  Algorithm(CollectiveKind kind, std::string_view name) noexcept : kind_(kind), name_(name) {}
   virtual ~Algorithm() = default;
+  Algorithm(const Algorithm&) = delete;
+  Algorithm& operator=(const Algorithm&) = delete;
+
   /// Short name, as TANDEM_ALGO spells it ("ring", "recursive_doubling", "tree", ...).
-  virtual std::string_view name() const noexcept = 0;
-  virtual CollectiveKind kind() const noexcept = 0;
-  /// False when this algorithm cannot run `call` on a group of `world` ranks. The answer may
-  /// depend only on the collective, the dtype, size_class(call), the world size, the host
-  /// layout and (for allgatherv) counts.size(): communicators cache the selector's choice per
-  /// (collective, dtype, size class).
-  virtual bool supports(const Call& call, int world) const noexcept = 0;
+  std::string_view name() const noexcept { return name_; }
+  CollectiveKind kind() const noexcept { return kind_; }
+  /// False when this algorithm cannot run `call` on a group of `world` ranks (by default it
+  /// runs every call). The answer may depend only on the collective, the dtype,
+  /// size_class(call), the world size, the host layout and (for allgatherv) counts.size():
+  /// communicators cache the choice per (collective, dtype, size class).
+  virtual bool supports(const Call& call, int world) const noexcept;
   /// Runs the call to completion (or throws). Must work for count 0 and for any world size
   /// it claims to support.
   virtual void run(const Call& call, Context& ctx) const = 0;
+
+ private:
+  CollectiveKind kind_;
+  std::string_view name_;  ///< a string literal
 };
 
-/// Registry of every algorithm, and the selector.
+/// Registry of every algorithm, and the default choice by size.
 class Registry {
  public:
   /// The process-wide registry with every built-in algorithm.
@@ -101,12 +112,11 @@ class Registry {
   std::vector<const Algorithm*> of(CollectiveKind kind) const;
   /// The algorithm named `name` (case-insensitive) for `kind`, or nullptr.
   const Algorithm* find(CollectiveKind kind, std::string_view name) const;
-  /// The algorithm to run: the one `forced` names for call.kind (TANDEM_ALGO syntax, see
-  /// forced_algorithm()) if it supports the call, else the default choice by size and world
-  /// size. Throws InvalidArgument when `forced` is malformed or names an algorithm that
-  /// exists for no collective (or, when `strict`, not for this one), and when `strict` and
-  /// the named algorithm does not support the call.
-  const Algorithm& select(const Call& call, int world, std::string_view forced, bool strict) const;
+  /// The default choice for `call` on a group of `world` ranks: the first algorithm of the
+  /// preference list for its collective and size that supports it, else the first registered
+  /// one that does. Forced, per-call and tuned choices are comm::AlgoPolicy's, which falls
+  /// back to this. Throws InvalidArgument when no algorithm supports the call.
+  const Algorithm& default_choice(const Call& call, int world) const;
 
   void add(std::unique_ptr<Algorithm> a);
 
@@ -130,11 +140,5 @@ std::size_t size_class(const Call& call) noexcept;
 /// sides) is ignored, so a matching pair carries equal tags.
 std::uint32_t fingerprint(CollectiveKind kind, DataType dtype, std::size_t count, int root,
                           std::uint64_t seq) noexcept;
-
-/// The algorithm name that `forced` (TANDEM_ALGO syntax) chooses for `kind`, or "" when it
-/// names none for it. Entries are separated by ',' or ';': a bare name ("ring") applies to
-/// every collective, "allreduce=ring" to one; a per-collective entry wins over a bare one.
-/// Throws InvalidArgument for a malformed string or an unknown collective name.
-std::string_view forced_algorithm(std::string_view forced, CollectiveKind kind);
 
 }  // namespace tandem::algorithms

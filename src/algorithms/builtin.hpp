@@ -1,38 +1,48 @@
 #pragma once
-// Factories of the built-in algorithms, one per file under src/algorithms/<collective>/.
+// The built-in algorithms, one per file under src/algorithms/<collective>/<name>.cpp, each
+// defining detail::make_<collective>_<name>(). Adding one is that file plus one line here:
+// the registry registers every entry in this order (the order `Registry::of` reports and
+// the fallback when no preferred algorithm supports a call).
 
 #include "algorithms/algorithm.hpp"
 
 #include <memory>
 
+// X(collective, name) for every built-in algorithm.
+#define TANDEM_BUILTIN_ALGORITHMS(X)   \
+  X(allreduce, ring)                   \
+  X(allreduce, recursive_doubling)     \
+  X(allreduce, tree)                   \
+  X(allreduce, rabenseifner)           \
+  X(allreduce, hierarchical)           \
+  X(allreduce, direct)                 \
+  X(broadcast, tree)                   \
+  X(broadcast, ring)                   \
+  X(broadcast, direct)                 \
+  X(reduce, tree)                      \
+  X(reduce, ring)                      \
+  X(allgather, ring)                   \
+  X(allgather, recursive_doubling)     \
+  X(allgather, bruck)                  \
+  X(allgather, direct)                 \
+  X(allgatherv, ring)                  \
+  X(reduce_scatter, ring)              \
+  X(reduce_scatter, recursive_halving) \
+  X(reduce_scatter, direct)            \
+  X(alltoall, pairwise)                \
+  X(gather, linear)                    \
+  X(gather, binomial)                  \
+  X(scatter, linear)                   \
+  X(scatter, binomial)                 \
+  X(barrier, dissemination)            \
+  X(send, direct)                      \
+  X(recv, direct)
+
 namespace tandem::algorithms::detail {
 
-std::unique_ptr<Algorithm> make_allreduce_ring();
-std::unique_ptr<Algorithm> make_allreduce_recursive_doubling();
-std::unique_ptr<Algorithm> make_allreduce_tree();
-std::unique_ptr<Algorithm> make_allreduce_rabenseifner();
-std::unique_ptr<Algorithm> make_allreduce_hierarchical();
-std::unique_ptr<Algorithm> make_allreduce_direct();
-std::unique_ptr<Algorithm> make_broadcast_tree();
-std::unique_ptr<Algorithm> make_broadcast_ring();
-std::unique_ptr<Algorithm> make_broadcast_direct();
-std::unique_ptr<Algorithm> make_reduce_tree();
-std::unique_ptr<Algorithm> make_reduce_ring();
-std::unique_ptr<Algorithm> make_allgather_ring();
-std::unique_ptr<Algorithm> make_allgather_recursive_doubling();
-std::unique_ptr<Algorithm> make_allgather_bruck();
-std::unique_ptr<Algorithm> make_allgather_direct();
-std::unique_ptr<Algorithm> make_allgatherv_ring();
-std::unique_ptr<Algorithm> make_reduce_scatter_ring();
-std::unique_ptr<Algorithm> make_reduce_scatter_recursive_halving();
-std::unique_ptr<Algorithm> make_reduce_scatter_direct();
-std::unique_ptr<Algorithm> make_alltoall_pairwise();
-std::unique_ptr<Algorithm> make_gather_linear();
-std::unique_ptr<Algorithm> make_gather_binomial();
-std::unique_ptr<Algorithm> make_scatter_linear();
-std::unique_ptr<Algorithm> make_scatter_binomial();
-std::unique_ptr<Algorithm> make_barrier_dissemination();
-std::unique_ptr<Algorithm> make_send_direct();
-std::unique_ptr<Algorithm> make_recv_direct();
+#define TANDEM_DECLARE_ALGORITHM_FACTORY(collective, name) \
+  std::unique_ptr<Algorithm> make_##collective##_##name();
+TANDEM_BUILTIN_ALGORITHMS(TANDEM_DECLARE_ALGORITHM_FACTORY)
+#undef TANDEM_DECLARE_ALGORITHM_FACTORY
 
 }  // namespace tandem::algorithms::detail

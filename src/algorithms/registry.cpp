@@ -4,15 +4,10 @@
 
 #include <tandem/error.hpp>
 
-#include <fmt/format.h>
-
 #include <algorithm>
-#include <array>
 #include <bit>
 #include <cctype>
-#include <optional>
 #include <span>
-#include <string>
 
 namespace tandem::algorithms {
 
@@ -51,25 +46,6 @@ bool iequal(std::string_view a, std::string_view b) noexcept {
            return std::tolower(static_cast<unsigned char>(x)) ==
                   std::tolower(static_cast<unsigned char>(y));
          });
-}
-
-std::string_view trim(std::string_view s) noexcept {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
-
-constexpr std::array kAllKinds = {
-    CollectiveKind::allreduce, CollectiveKind::broadcast,  CollectiveKind::reduce,
-    CollectiveKind::allgather, CollectiveKind::allgatherv, CollectiveKind::reduce_scatter,
-    CollectiveKind::alltoall,  CollectiveKind::gather,     CollectiveKind::scatter,
-    CollectiveKind::send,      CollectiveKind::recv,       CollectiveKind::barrier,
-};
-
-std::optional<CollectiveKind> kind_named(std::string_view name) noexcept {
-  for (CollectiveKind k : kAllKinds)
-    if (iequal(name, to_string(k))) return k;
-  return std::nullopt;
 }
 
 using Names = std::span<const std::string_view>;
@@ -126,33 +102,9 @@ const Registry& Registry::builtin() {
   static const Registry registry = [] {
     Registry r;
     using namespace detail;
-    r.add(make_allreduce_ring());
-    r.add(make_allreduce_recursive_doubling());
-    r.add(make_allreduce_tree());
-    r.add(make_allreduce_rabenseifner());
-    r.add(make_allreduce_hierarchical());
-    r.add(make_allreduce_direct());
-    r.add(make_broadcast_tree());
-    r.add(make_broadcast_ring());
-    r.add(make_broadcast_direct());
-    r.add(make_reduce_tree());
-    r.add(make_reduce_ring());
-    r.add(make_allgather_ring());
-    r.add(make_allgather_recursive_doubling());
-    r.add(make_allgather_bruck());
-    r.add(make_allgather_direct());
-    r.add(make_allgatherv_ring());
-    r.add(make_reduce_scatter_ring());
-    r.add(make_reduce_scatter_recursive_halving());
-    r.add(make_reduce_scatter_direct());
-    r.add(make_alltoall_pairwise());
-    r.add(make_gather_linear());
-    r.add(make_gather_binomial());
-    r.add(make_scatter_linear());
-    r.add(make_scatter_binomial());
-    r.add(make_barrier_dissemination());
-    r.add(make_send_direct());
-    r.add(make_recv_direct());
+#define TANDEM_REGISTER_ALGORITHM(collective, name) r.add(make_##collective##_##name());
+    TANDEM_BUILTIN_ALGORITHMS(TANDEM_REGISTER_ALGORITHM)
+#undef TANDEM_REGISTER_ALGORITHM
     return r;
   }();
   return registry;
@@ -163,6 +115,10 @@ void Registry::add(std::unique_ptr<Algorithm> a) {
   TANDEM_CHECK(find(a->kind(), a->name()) == nullptr, "algorithm '{}' registered twice for {}",
                a->name(), to_string(a->kind()));
   all_.push_back(std::move(a));
+}
+
+bool Algorithm::supports(const Call&, int) const noexcept {
+  return true;
 }
 
 std::size_t Registry::index_of(const Algorithm& a) const noexcept {
@@ -188,32 +144,7 @@ const Algorithm* Registry::find(CollectiveKind kind, std::string_view name) cons
   return nullptr;
 }
 
-const Algorithm& Registry::select(const Call& call, int world, std::string_view forced,
-                                  bool strict) const {
-  const std::string_view name = forced_algorithm(forced, call.kind);
-  if (!name.empty()) {
-    const Algorithm* a = find(call.kind, name);
-    if (a == nullptr) {
-      const bool known_elsewhere = std::any_of(
-          all_.begin(), all_.end(), [&](const auto& x) { return iequal(x->name(), name); });
-      if (strict || !known_elsewhere) {
-        std::string valid;
-        for (const Algorithm* x : of(call.kind))
-          valid += fmt::format("{}{}", valid.empty() ? "" : ", ", x->name());
-        TANDEM_THROW(ErrorCode::InvalidArgument,
-                     "unknown algorithm '{}' for {}: valid names are {} (check TANDEM_ALGO or "
-                     "CallOptions::algorithm)",
-                     name, to_string(call.kind), valid);
-      }
-    } else if (a->supports(call, world)) {
-      return *a;
-    } else if (strict) {
-      TANDEM_THROW(ErrorCode::InvalidArgument,
-                   "algorithm '{}' does not support this {} ({} x {} on {} ranks); leave the "
-                   "choice to the selector or pick another algorithm",
-                   a->name(), to_string(call.kind), to_string(call.in.dtype), call.in.count, world);
-    }
-  }
+const Algorithm& Registry::default_choice(const Call& call, int world) const {
   for (std::string_view pref : preference(call, world)) {
     const Algorithm* a = find(call.kind, pref);
     if (a != nullptr && a->supports(call, world)) return *a;
@@ -222,34 +153,6 @@ const Algorithm& Registry::select(const Call& call, int world, std::string_view 
     if (a->kind() == call.kind && a->supports(call, world)) return *a;
   TANDEM_THROW(ErrorCode::InvalidArgument, "no algorithm supports this {} on {} ranks",
                to_string(call.kind), world);
-}
-
-std::string_view forced_algorithm(std::string_view forced, CollectiveKind kind) {
-  std::string_view bare;
-  std::string_view specific;
-  std::string_view rest = forced;
-  while (!rest.empty()) {
-    const std::size_t cut = rest.find_first_of(",;");
-    const std::string_view entry = trim(rest.substr(0, cut));
-    rest = cut == std::string_view::npos ? std::string_view{} : rest.substr(cut + 1);
-    if (entry.empty()) continue;
-    const std::size_t eq = entry.find('=');
-    if (eq == std::string_view::npos) {
-      bare = entry;
-      continue;
-    }
-    const std::string_view coll = trim(entry.substr(0, eq));
-    const std::string_view algo = trim(entry.substr(eq + 1));
-    const auto k = kind_named(coll);
-    if (!k || algo.empty()) {
-      TANDEM_THROW(ErrorCode::InvalidArgument,
-                   "cannot parse algorithm choice '{}' in '{}': write NAME or COLLECTIVE=NAME "
-                   "(e.g. TANDEM_ALGO=ring or TANDEM_ALGO=allreduce=ring,broadcast=tree)",
-                   entry, forced);
-    }
-    if (*k == kind) specific = algo;
-  }
-  return specific.empty() ? bare : specific;
 }
 
 }  // namespace tandem::algorithms

@@ -11,14 +11,15 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
 #include <vector>
 
 namespace tandem::comm {
 namespace {
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+std::string_view trim(std::string_view s) noexcept {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
   return s;
 }
 
@@ -36,6 +37,34 @@ std::string all_names(const algorithms::Registry& reg) {
 
 }  // namespace
 
+std::string_view forced_algorithm(std::string_view forced, CollectiveKind kind) {
+  std::string_view bare;
+  std::string_view specific;
+  std::string_view rest = forced;
+  while (!rest.empty()) {
+    const std::size_t cut = rest.find_first_of(",;");
+    const std::string_view entry = trim(rest.substr(0, cut));
+    rest = cut == std::string_view::npos ? std::string_view{} : rest.substr(cut + 1);
+    if (entry.empty()) continue;
+    const std::size_t eq = entry.find('=');
+    if (eq == std::string_view::npos) {
+      bare = entry;
+      continue;
+    }
+    const std::string_view coll = trim(entry.substr(0, eq));
+    const std::string_view algo = trim(entry.substr(eq + 1));
+    const auto k = parse_collective(coll);
+    if (!k || algo.empty()) {
+      TANDEM_THROW(ErrorCode::InvalidArgument,
+                   "cannot parse algorithm choice '{}' in '{}': write NAME or COLLECTIVE=NAME "
+                   "(e.g. TANDEM_ALGO=ring or TANDEM_ALGO=allreduce=ring,broadcast=tree)",
+                   entry, forced);
+    }
+    if (*k == kind) specific = algo;
+  }
+  return specific.empty() ? bare : specific;
+}
+
 std::string algorithm_names(const algorithms::Registry& reg, CollectiveKind kind) {
   std::vector<std::string_view> names;
   for (const auto* a : reg.of(kind)) names.push_back(a->name());
@@ -50,7 +79,7 @@ AlgoPolicy::AlgoPolicy(std::string_view spec, std::string_view source,
   for (std::size_t k = 0; k < kKindCount; ++k) {
     std::string_view name;
     try {
-      name = algorithms::forced_algorithm(spec_, static_cast<CollectiveKind>(k));
+      name = forced_algorithm(spec_, static_cast<CollectiveKind>(k));
     } catch (const Error& e) {
       TANDEM_THROW(ErrorCode::InvalidArgument,
                    "{}='{}': {} (example: {}=ring or {}=allreduce=ring,broadcast=tree)", source_,
@@ -166,7 +195,7 @@ const algorithms::Algorithm& AlgoPolicy::choose_default(const algorithms::Regist
                   tuning_->label, a->name(), to_string(call.kind), to_string(call.in.dtype),
                   call.in.count, world);
   }
-  return reg.select(call, world, {}, false);
+  return reg.default_choice(call, world);
 }
 
 algorithms::Call probe_call(CollectiveKind kind, std::size_t bytes, int world,

@@ -81,6 +81,12 @@ class AlgoPolicy {
                                               const algorithms::Call& call, int world) const;
 };
 
+/// The algorithm name that `forced` (TANDEM_ALGO syntax) chooses for `kind`, or "" when it
+/// names none for it. Entries are separated by ',' or ';': a bare name ("ring") applies to
+/// every collective, "allreduce=ring" to one; a per-collective entry wins over a bare one.
+/// Throws InvalidArgument for a malformed string or an unknown collective name.
+std::string_view forced_algorithm(std::string_view forced, CollectiveKind kind);
+
 /// Every algorithm name of `kind`, comma separated (for error messages).
 std::string algorithm_names(const algorithms::Registry& reg, CollectiveKind kind);
 

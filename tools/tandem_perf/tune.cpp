@@ -96,7 +96,7 @@ Result measure(Communicator& comm, const PerfOptions& base, Bench bench) {
     p.bytes = runner.call_bytes(size, dtype);
     if (p.bytes == 0) continue;  // no element per rank
     const algorithms::Call shape = comm::probe_call(kind, p.bytes, world);
-    const algorithms::Algorithm& builtin = reg.select(shape, world, {}, false);
+    const algorithms::Algorithm& builtin = reg.default_choice(shape, world);
     p.p50_us.assign(res.algorithms.size(), std::numeric_limits<double>::quiet_NaN());
     // Rounds interleave the algorithms, so that a burst of load on a shared machine
     // slows all of them rather than one: each round's median, then the median of those.

@@ -11,9 +11,7 @@ namespace {
 
 class Bruck final : public Algorithm {
  public:
-  std::string_view name() const noexcept override { return "bruck"; }
-  CollectiveKind kind() const noexcept override { return CollectiveKind::allgather; }
-  bool supports(const Call&, int) const noexcept override { return true; }
+  Bruck() : Algorithm(CollectiveKind::allgather, "bruck") {}
 
   void run(const Call& call, Context& ctx) const override {
     using transport::Request;

@@ -16,9 +16,7 @@ namespace {
 
 class Direct final : public Algorithm {
  public:
-  std::string_view name() const noexcept override { return "direct"; }
-  CollectiveKind kind() const noexcept override { return CollectiveKind::allgather; }
-  bool supports(const Call&, int) const noexcept override { return true; }
+  Direct() : Algorithm(CollectiveKind::allgather, "direct") {}
 
   void run(const Call& call, Context& ctx) const override {
     transport::Mesh& mesh = ctx.mesh;

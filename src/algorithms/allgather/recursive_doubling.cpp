@@ -9,8 +9,7 @@ namespace {
 
 class RecursiveDoubling final : public Algorithm {
  public:
-  std::string_view name() const noexcept override { return "recursive_doubling"; }
-  CollectiveKind kind() const noexcept override { return CollectiveKind::allgather; }
+  RecursiveDoubling() : Algorithm(CollectiveKind::allgather, "recursive_doubling") {}
   bool supports(const Call&, int world) const noexcept override { return detail::is_pow2(world); }
 
   void run(const Call& call, Context& ctx) const override {

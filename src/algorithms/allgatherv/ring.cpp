@@ -9,8 +9,7 @@ namespace {
 
 class Ring final : public Algorithm {
  public:
-  std::string_view name() const noexcept override { return "ring"; }
-  CollectiveKind kind() const noexcept override { return CollectiveKind::allgatherv; }
+  Ring() : Algorithm(CollectiveKind::allgatherv, "ring") {}
   bool supports(const Call& call, int world) const noexcept override {
     return call.counts.size() == static_cast<std::size_t>(world);
   }

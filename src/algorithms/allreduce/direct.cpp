@@ -30,9 +30,7 @@ constexpr std::size_t kChunkBytes = 64u << 10;
 
 class Direct final : public Algorithm {
  public:
-  std::string_view name() const noexcept override { return "direct"; }
-  CollectiveKind kind() const noexcept override { return CollectiveKind::allreduce; }
-  bool supports(const Call&, int) const noexcept override { return true; }
+  Direct() : Algorithm(CollectiveKind::allreduce, "direct") {}
 
   void run(const Call& call, Context& ctx) const override {
     transport::Mesh& mesh = ctx.mesh;

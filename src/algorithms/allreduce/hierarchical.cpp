@@ -94,8 +94,7 @@ bool usable(const HostLayout* hosts, int world) noexcept {
 
 class Hierarchical final : public Algorithm {
  public:
-  std::string_view name() const noexcept override { return "hierarchical"; }
-  CollectiveKind kind() const noexcept override { return CollectiveKind::allreduce; }
+  Hierarchical() : Algorithm(CollectiveKind::allreduce, "hierarchical") {}
   bool supports(const Call& call, int world) const noexcept override {
     return usable(call.hosts, world);
   }

@@ -12,9 +12,7 @@ namespace {
 
 class Rabenseifner final : public Algorithm {
  public:
-  std::string_view name() const noexcept override { return "rabenseifner"; }
-  CollectiveKind kind() const noexcept override { return CollectiveKind::allreduce; }
-  bool supports(const Call&, int) const noexcept override { return true; }
+  Rabenseifner() : Algorithm(CollectiveKind::allreduce, "rabenseifner") {}
 
   void run(const Call& call, Context& ctx) const override {
     using transport::Request;

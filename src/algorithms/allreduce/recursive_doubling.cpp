@@ -12,9 +12,7 @@ namespace {
 
 class RecursiveDoubling final : public Algorithm {
  public:
-  std::string_view name() const noexcept override { return "recursive_doubling"; }
-  CollectiveKind kind() const noexcept override { return CollectiveKind::allreduce; }
-  bool supports(const Call&, int) const noexcept override { return true; }
+  RecursiveDoubling() : Algorithm(CollectiveKind::allreduce, "recursive_doubling") {}
 
   void run(const Call& call, Context& ctx) const override {
     using transport::Request;

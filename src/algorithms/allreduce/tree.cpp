@@ -11,9 +11,7 @@ namespace {
 
 class Tree final : public Algorithm {
  public:
-  std::string_view name() const noexcept override { return "tree"; }
-  CollectiveKind kind() const noexcept override { return CollectiveKind::allreduce; }
-  bool supports(const Call&, int) const noexcept override { return true; }
+  Tree() : Algorithm(CollectiveKind::allreduce, "tree") {}
 
   void run(const Call& call, Context& ctx) const override {
     const int n = ctx.mesh.size();

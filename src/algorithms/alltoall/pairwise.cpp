@@ -12,9 +12,7 @@ constexpr int kStepsInFlight = 4;
 
 class Pairwise final : public Algorithm {
  public:
-  std::string_view name() const noexcept override { return "pairwise"; }
-  CollectiveKind kind() const noexcept override { return CollectiveKind::alltoall; }
-  bool supports(const Call&, int) const noexcept override { return true; }
+  Pairwise() : Algorithm(CollectiveKind::alltoall, "pairwise") {}
 
   void run(const Call& call, Context& ctx) const override {
     using transport::Request;

@@ -10,9 +10,7 @@ namespace {
 
 class Dissemination final : public Algorithm {
  public:
-  std::string_view name() const noexcept override { return "dissemination"; }
-  CollectiveKind kind() const noexcept override { return CollectiveKind::barrier; }
-  bool supports(const Call&, int) const noexcept override { return true; }
+  Dissemination() : Algorithm(CollectiveKind::barrier, "dissemination") {}
 
   void run(const Call& call, Context& ctx) const override {
     using transport::Request;

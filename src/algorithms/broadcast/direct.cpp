@@ -24,9 +24,7 @@ static_assert(sizeof(Spot) == 24);
 
 class Direct final : public Algorithm {
  public:
-  std::string_view name() const noexcept override { return "direct"; }
-  CollectiveKind kind() const noexcept override { return CollectiveKind::broadcast; }
-  bool supports(const Call&, int) const noexcept override { return true; }
+  Direct() : Algorithm(CollectiveKind::broadcast, "direct") {}
 
   void run(const Call& call, Context& ctx) const override {
     transport::Mesh& mesh = ctx.mesh;

@@ -51,9 +51,7 @@ namespace {
 
 class Tree final : public Algorithm {
  public:
-  std::string_view name() const noexcept override { return "tree"; }
-  CollectiveKind kind() const noexcept override { return CollectiveKind::broadcast; }
-  bool supports(const Call&, int) const noexcept override { return true; }
+  Tree() : Algorithm(CollectiveKind::broadcast, "tree") {}
 
   void run(const Call& call, Context& ctx) const override {
     detail::tree_broadcast(call, ctx, call.out.dtype, detail::ptr(call.in.data),

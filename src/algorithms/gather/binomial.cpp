@@ -10,9 +10,7 @@ namespace {
 
 class Binomial final : public Algorithm {
  public:
-  std::string_view name() const noexcept override { return "binomial"; }
-  CollectiveKind kind() const noexcept override { return CollectiveKind::gather; }
-  bool supports(const Call&, int) const noexcept override { return true; }
+  Binomial() : Algorithm(CollectiveKind::gather, "binomial") {}
 
   void run(const Call& call, Context& ctx) const override {
     using transport::Request;

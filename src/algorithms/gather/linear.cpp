@@ -36,9 +36,7 @@ namespace {
 
 class Linear final : public Algorithm {
  public:
-  std::string_view name() const noexcept override { return "linear"; }
-  CollectiveKind kind() const noexcept override { return CollectiveKind::gather; }
-  bool supports(const Call&, int) const noexcept override { return true; }
+  Linear() : Algorithm(CollectiveKind::gather, "linear") {}
 
   void run(const Call& call, Context& ctx) const override {
     const int n = ctx.mesh.size();

@@ -8,9 +8,7 @@ namespace {
 
 class Direct final : public Algorithm {
  public:
-  std::string_view name() const noexcept override { return "direct"; }
-  CollectiveKind kind() const noexcept override { return CollectiveKind::recv; }
-  bool supports(const Call&, int) const noexcept override { return true; }
+  Direct() : Algorithm(CollectiveKind::recv, "direct") {}
 
   void run(const Call& call, Context& ctx) const override {
     transport::Request q =

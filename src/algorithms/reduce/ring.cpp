@@ -12,9 +12,7 @@ namespace {
 
 class Ring final : public Algorithm {
  public:
-  std::string_view name() const noexcept override { return "ring"; }
-  CollectiveKind kind() const noexcept override { return CollectiveKind::reduce; }
-  bool supports(const Call&, int) const noexcept override { return true; }
+  Ring() : Algorithm(CollectiveKind::reduce, "ring") {}
 
   void run(const Call& call, Context& ctx) const override {
     const int n = ctx.mesh.size();

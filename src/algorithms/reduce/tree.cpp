@@ -70,9 +70,7 @@ namespace {
 
 class Tree final : public Algorithm {
  public:
-  std::string_view name() const noexcept override { return "tree"; }
-  CollectiveKind kind() const noexcept override { return CollectiveKind::reduce; }
-  bool supports(const Call&, int) const noexcept override { return true; }
+  Tree() : Algorithm(CollectiveKind::reduce, "tree") {}
 
   void run(const Call& call, Context& ctx) const override {
     const int n = ctx.mesh.size();

@@ -19,9 +19,7 @@ constexpr std::size_t kChunkBytes = 64u << 10;  // as the direct allreduce
 
 class Direct final : public Algorithm {
  public:
-  std::string_view name() const noexcept override { return "direct"; }
-  CollectiveKind kind() const noexcept override { return CollectiveKind::reduce_scatter; }
-  bool supports(const Call&, int) const noexcept override { return true; }
+  Direct() : Algorithm(CollectiveKind::reduce_scatter, "direct") {}
 
   void run(const Call& call, Context& ctx) const override {
     transport::Mesh& mesh = ctx.mesh;

@@ -11,8 +11,7 @@ namespace {
 
 class RecursiveHalving final : public Algorithm {
  public:
-  std::string_view name() const noexcept override { return "recursive_halving"; }
-  CollectiveKind kind() const noexcept override { return CollectiveKind::reduce_scatter; }
+  RecursiveHalving() : Algorithm(CollectiveKind::reduce_scatter, "recursive_halving") {}
   bool supports(const Call&, int world) const noexcept override { return detail::is_pow2(world); }
 
   void run(const Call& call, Context& ctx) const override {

@@ -9,9 +9,7 @@ namespace {
 
 class Binomial final : public Algorithm {
  public:
-  std::string_view name() const noexcept override { return "binomial"; }
-  CollectiveKind kind() const noexcept override { return CollectiveKind::scatter; }
-  bool supports(const Call&, int) const noexcept override { return true; }
+  Binomial() : Algorithm(CollectiveKind::scatter, "binomial") {}
 
   void run(const Call& call, Context& ctx) const override {
     using transport::Request;

@@ -8,9 +8,7 @@ namespace {
 
 class Linear final : public Algorithm {
  public:
-  std::string_view name() const noexcept override { return "linear"; }
-  CollectiveKind kind() const noexcept override { return CollectiveKind::scatter; }
-  bool supports(const Call&, int) const noexcept override { return true; }
+  Linear() : Algorithm(CollectiveKind::scatter, "linear") {}
 
   void run(const Call& call, Context& ctx) const override {
     using transport::Request;

@@ -8,9 +8,7 @@ namespace {
 
 class Direct final : public Algorithm {
  public:
-  std::string_view name() const noexcept override { return "direct"; }
-  CollectiveKind kind() const noexcept override { return CollectiveKind::send; }
-  bool supports(const Call&, int) const noexcept override { return true; }
+  Direct() : Algorithm(CollectiveKind::send, "direct") {}
 
   void run(const Call& call, Context& ctx) const override {
     transport::Request s =

@@ -1,4 +1,5 @@
-// The registry and selector, TANDEM_ALGO parsing, fingerprints and scratch memory.
+// The registry and its default choice by size, fingerprints and scratch memory (forced and
+// per-call choices: comm/policy_test.cpp).
 
 #include "algorithms/algorithm.hpp"
 
@@ -52,9 +53,8 @@ Call shaped(CollectiveKind kind, std::size_t bytes, int world) {
   return c;
 }
 
-std::string_view pick(CollectiveKind kind, std::size_t bytes, int world,
-                      std::string_view forced = {}, bool strict = false) {
-  return reg().select(shaped(kind, bytes, world), world, forced, strict).name();
+std::string_view pick(CollectiveKind kind, std::size_t bytes, int world) {
+  return reg().default_choice(shaped(kind, bytes, world), world).name();
 }
 
 Call of_kind(CollectiveKind kind) {
@@ -106,20 +106,18 @@ TEST(Registry, HasEveryCollective) {
 TEST(Registry, AddRejectsDuplicates) {
   Registry r;
   struct Dummy final : Algorithm {
-    std::string_view name() const noexcept override { return "dummy"; }
-    CollectiveKind kind() const noexcept override { return CollectiveKind::barrier; }
-    bool supports(const Call&, int) const noexcept override { return true; }
+    Dummy() : Algorithm(CollectiveKind::barrier, "dummy") {}
     void run(const Call&, Context&) const override {}
   };
   r.add(std::make_unique<Dummy>());
   EXPECT_EQ(r.of(CollectiveKind::barrier).size(), 1u);
   EXPECT_THROW(r.add(std::make_unique<Dummy>()), Error);
-  EXPECT_EQ(r.select(of_kind(CollectiveKind::barrier), 4, {}, false).name(), "dummy");
-  EXPECT_EQ(code_of([&] { r.select(of_kind(CollectiveKind::allreduce), 4, {}, false); }),
+  EXPECT_EQ(r.default_choice(of_kind(CollectiveKind::barrier), 4).name(), "dummy");
+  EXPECT_EQ(code_of([&] { r.default_choice(of_kind(CollectiveKind::allreduce), 4); }),
             ErrorCode::InvalidArgument);
 }
 
-TEST(Selector, PicksBySize) {
+TEST(DefaultChoice, PicksBySize) {
   EXPECT_EQ(pick(CollectiveKind::allreduce, 8, 4), "recursive_doubling");
   EXPECT_EQ(pick(CollectiveKind::allreduce, 16 * 1024 - 4, 4), "recursive_doubling");
   EXPECT_EQ(pick(CollectiveKind::allreduce, 16 * 1024, 4), "ring");
@@ -152,7 +150,7 @@ TEST(Selector, PicksBySize) {
   EXPECT_EQ(pick(CollectiveKind::allreduce, 8, 1), "recursive_doubling");
 }
 
-TEST(Selector, ChoiceDependsOnlyOnTheSizeClass) {
+TEST(DefaultChoice, ChoiceDependsOnlyOnTheSizeClass) {
   // Communicators cache the choice per (collective, dtype, size class): every size of a class
   // must get what its smallest size gets, on any world size.
   for (std::size_t k = 0; k <= static_cast<std::size_t>(CollectiveKind::barrier); ++k) {
@@ -162,11 +160,11 @@ TEST(Selector, ChoiceDependsOnlyOnTheSizeClass) {
       for (std::size_t cls = 3; cls <= 28; ++cls) {
         const std::size_t low = std::size_t{1} << (cls - 1);
         const Call first = shaped(kind, low, world);
-        const std::string_view want = reg().select(first, world, {}, false).name();
+        const std::string_view want = reg().default_choice(first, world).name();
         for (std::size_t bytes : {low + 4, low + low / 2, 2 * low - 4}) {
           const Call c = shaped(kind, bytes, world);
           if (size_class(c) != size_class(first)) continue;  // rounded to other block sizes
-          EXPECT_EQ(reg().select(c, world, {}, false).name(), want)
+          EXPECT_EQ(reg().default_choice(c, world).name(), want)
               << to_string(kind) << " of " << bytes << " bytes on " << world << " ranks";
         }
       }
@@ -189,12 +187,17 @@ HostLayout layout(std::vector<int> host_of) {
   return l;
 }
 
-TEST(Selector, HierarchicalAllreduceAcrossHostsWithSeveralRanksEach) {
-  const auto with = [](const HostLayout& l, std::size_t bytes, std::string_view forced = {}) {
+TEST(DefaultChoice, HierarchicalAllreduceAcrossHostsWithSeveralRanksEach) {
+  const auto call = [](const HostLayout& l, std::size_t bytes) {
     Call c = shaped(CollectiveKind::allreduce, bytes, static_cast<int>(l.host_of.size()));
     c.hosts = &l;
-    return reg().select(c, static_cast<int>(l.host_of.size()), forced, false).name();
+    return c;
   };
+  const auto with = [&](const HostLayout& l, std::size_t bytes) {
+    return reg().default_choice(call(l, bytes), static_cast<int>(l.host_of.size())).name();
+  };
+  const Algorithm* hierarchical = reg().find(CollectiveKind::allreduce, "hierarchical");
+  ASSERT_NE(hierarchical, nullptr);
   const HostLayout two_by_two = layout({0, 0, 1, 1});
   const HostLayout interleaved = layout({0, 1, 2, 0, 1, 2});
   const HostLayout one_each = layout({0, 1});
@@ -211,84 +214,20 @@ TEST(Selector, HierarchicalAllreduceAcrossHostsWithSeveralRanksEach) {
   EXPECT_EQ(with(uneven, 1 << 20), "ring");
   EXPECT_EQ(with(one_host, 256 << 10), "ring");
   EXPECT_EQ(with(one_host, 1 << 20), "direct");
-  EXPECT_EQ(with(uneven, 1 << 20, "hierarchical"), "ring");
-  EXPECT_EQ(with(two_by_two, 8, "hierarchical"), "hierarchical");
+  // What a forced choice asks (comm::AlgoPolicy falls back where the answer is no).
+  EXPECT_FALSE(hierarchical->supports(call(uneven, 1 << 20), 3));
+  EXPECT_FALSE(hierarchical->supports(call(one_each, 1 << 20), 2));
+  EXPECT_FALSE(hierarchical->supports(call(one_host, 1 << 20), 4));
+  EXPECT_TRUE(hierarchical->supports(call(two_by_two, 8), 4));
   EXPECT_EQ(pick(CollectiveKind::allreduce, 1 << 20, 4), "direct");  // no layout: one host
 }
 
-TEST(Selector, AllgathervNeedsCountsPerRank) {
+TEST(DefaultChoice, AllgathervNeedsCountsPerRank) {
   Call c = shaped(CollectiveKind::allgatherv, 64, 3);
   const std::size_t counts[] = {1, 2, 3};
   c.counts = counts;
-  EXPECT_EQ(reg().select(c, 3, {}, false).name(), "ring");
-  EXPECT_EQ(code_of([&] { reg().select(c, 4, {}, false); }), ErrorCode::InvalidArgument);
-}
-
-TEST(Selector, ForcedAlgorithm) {
-  EXPECT_EQ(pick(CollectiveKind::allreduce, 8, 4, "ring"), "ring");
-  EXPECT_EQ(pick(CollectiveKind::allreduce, 8, 4, "Tree"), "tree");
-  EXPECT_EQ(pick(CollectiveKind::allreduce, 1 << 20, 4, "rabenseifner", true), "rabenseifner");
-  // "ring" applies to every collective that has one; the others keep their default.
-  EXPECT_EQ(pick(CollectiveKind::broadcast, 8, 4, "ring"), "ring");
-  EXPECT_EQ(pick(CollectiveKind::barrier, 0, 4, "ring"), "dissemination");
-  EXPECT_EQ(pick(CollectiveKind::alltoall, 64, 4, "ring"), "pairwise");
-  // Per collective.
-  const std::string_view spec = "allreduce=tree, broadcast=ring";
-  EXPECT_EQ(pick(CollectiveKind::allreduce, 1 << 20, 4, spec), "tree");
-  EXPECT_EQ(pick(CollectiveKind::broadcast, 8, 4, spec), "ring");
-  EXPECT_EQ(pick(CollectiveKind::reduce, 8, 4, spec), "tree");
-  EXPECT_EQ(pick(CollectiveKind::reduce, 1 << 20, 4, spec), "ring");
-  // Not applicable here: falls back unless strict.
-  EXPECT_EQ(pick(CollectiveKind::allgather, 8 * 1024, 3, "recursive_doubling"), "bruck");
-  EXPECT_EQ(
-      code_of([] { pick(CollectiveKind::allgather, 8 * 1024, 3, "recursive_doubling", true); }),
-      ErrorCode::InvalidArgument);
-  EXPECT_EQ(
-      code_of([] { pick(CollectiveKind::reduce_scatter, 1024, 6, "recursive_halving", true); }),
-      ErrorCode::InvalidArgument);
-  EXPECT_EQ(code_of([] { pick(CollectiveKind::barrier, 0, 4, "ring", true); }),
-            ErrorCode::InvalidArgument);
-}
-
-TEST(Selector, UnknownNamesAreErrors) {
-  try {
-    pick(CollectiveKind::allreduce, 8, 4, "rnig");
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
-    const std::string m = e.message();
-    EXPECT_NE(m.find("rnig"), std::string::npos) << m;
-    for (const char* valid : {"ring", "recursive_doubling", "tree", "rabenseifner"})
-      EXPECT_NE(m.find(valid), std::string::npos) << m;
-  }
-  EXPECT_EQ(code_of([] { pick(CollectiveKind::allreduce, 8, 4, "allreduce=bogus"); }),
-            ErrorCode::InvalidArgument);
-  // An unknown name for another collective does not affect this one... but it is still wrong
-  // for that one.
-  EXPECT_EQ(pick(CollectiveKind::allreduce, 8, 4, "broadcast=bogus"), "recursive_doubling");
-  EXPECT_EQ(code_of([] { pick(CollectiveKind::broadcast, 8, 4, "broadcast=bogus"); }),
-            ErrorCode::InvalidArgument);
-}
-
-TEST(ForcedAlgorithm, Parses) {
-  EXPECT_EQ(forced_algorithm("", CollectiveKind::allreduce), "");
-  EXPECT_EQ(forced_algorithm("ring", CollectiveKind::allreduce), "ring");
-  EXPECT_EQ(forced_algorithm("ring", CollectiveKind::barrier), "ring");
-  EXPECT_EQ(forced_algorithm(" allreduce = ring ; broadcast=tree ", CollectiveKind::broadcast),
-            "tree");
-  EXPECT_EQ(forced_algorithm("allreduce=ring,broadcast=tree", CollectiveKind::allreduce), "ring");
-  EXPECT_EQ(forced_algorithm("allreduce=ring,broadcast=tree", CollectiveKind::reduce), "");
-  EXPECT_EQ(forced_algorithm("tree,allreduce=ring", CollectiveKind::allreduce), "ring");
-  EXPECT_EQ(forced_algorithm("allreduce=ring,tree", CollectiveKind::allreduce), "ring");
-  EXPECT_EQ(forced_algorithm("allreduce=ring,tree", CollectiveKind::broadcast), "tree");
-  EXPECT_EQ(forced_algorithm("ALLREDUCE=ring", CollectiveKind::allreduce), "ring");
-  EXPECT_EQ(forced_algorithm("reduce_scatter=recursive_halving", CollectiveKind::reduce_scatter),
-            "recursive_halving");
-  EXPECT_EQ(forced_algorithm(",,ring,", CollectiveKind::allgather), "ring");
-  for (const char* bad : {"allreduce=", "=ring", "allreduse=ring", "allreduce=ring,foo=tree"})
-    EXPECT_EQ(code_of([&] { forced_algorithm(bad, CollectiveKind::allreduce); }),
-              ErrorCode::InvalidArgument)
-        << bad;
+  EXPECT_EQ(reg().default_choice(c, 3).name(), "ring");
+  EXPECT_EQ(code_of([&] { reg().default_choice(c, 4); }), ErrorCode::InvalidArgument);
 }
 
 TEST(Fingerprint, EveryFieldCounts) {

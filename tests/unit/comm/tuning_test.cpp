@@ -240,7 +240,7 @@ TEST(Tuning, AnAlgorithmThatDoesNotSupportTheCallFallsBack) {
   tuned.set_tuning(file, file->match({2, 1, "shm"}));
   // recursive_halving needs a power-of-two world: on 3 ranks the built-in choice runs.
   const auto call = probe_call(CollectiveKind::reduce_scatter, 3 * 1024, 3);
-  EXPECT_EQ(tuned.choose(reg(), call, 3, {}).name(), reg().select(call, 3, {}, false).name());
+  EXPECT_EQ(tuned.choose(reg(), call, 3, {}).name(), reg().default_choice(call, 3).name());
   EXPECT_EQ(
       tuned.choose(reg(), probe_call(CollectiveKind::reduce_scatter, 1u << 20, 2), 2, {}).name(),
       "recursive_halving");
