@@ -1,0 +1,144 @@
+// Building a mesh: make_mesh over connections the caller made, connect_mesh through a store
+// (addresses exchanged, shared-memory segments mapped, tcp connections opened).
+
+#include "transport/bootstrap.hpp"
+#include "transport/mesh_impl.hpp"
+#include "transport/tcp/context.hpp"
+#include "transport/tcp/wire.hpp"
+
+#include <tandem/log.hpp>
+#include <tandem/settings.hpp>
+#include <tandem/store.hpp>
+
+#include <fmt/ranges.h>
+
+#include <unistd.h>
+
+namespace tandem::transport {
+namespace {
+
+std::string run_id(const std::vector<RankRecord>& records) {
+  std::string id = settings::get_string("TANDEM_RUN_ID");
+  return id.empty() ? fmt::format("p{}", records[0].info.pid) : id;
+}
+
+}  // namespace
+
+std::unique_ptr<Mesh> make_mesh(int rank, std::vector<PeerInfo> peers,
+                                std::vector<net::Fd> controls, const EndpointMaker& make_endpoint,
+                                const MeshOptions& options) {
+  const int size = static_cast<int>(peers.size());
+  TANDEM_CHECK_ARG(rank >= 0 && rank < size && controls.size() == peers.size(),
+                   "rank {} in a group of {} ranks with {} control connections", rank, size,
+                   controls.size());
+  std::vector<Link> links(peers.size(), Link::tcp);
+  links[static_cast<std::size_t>(rank)] = Link::self;
+  auto mesh = std::make_unique<detail::MeshImpl>(rank, options, std::move(peers), std::move(links));
+  for (int p = 0; p < size; ++p) {
+    if (p == rank) continue;
+    auto ep = make_endpoint(p, mesh->failures());
+    TANDEM_CHECK_ARG(ep != nullptr && ep->peer() == p && ep->link() == Link::tcp,
+                     "the endpoint to rank {} must be a tcp link to that rank", p);
+    mesh->attach(p, Control(std::move(controls[static_cast<std::size_t>(p)])), std::move(ep));
+  }
+  return mesh;
+}
+
+std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
+                                   const MeshOptions& options) {
+  TANDEM_CHECK_ARG(size >= 1 && rank >= 0 && rank < size, "rank {} is not in a group of {} ranks",
+                   rank, size);
+  TANDEM_CHECK_ARG(options.sockets_per_peer >= 1 && options.sockets_per_peer <= tcp::kMaxStreams,
+                   "TANDEM_SOCKETS_PER_PEER={} is out of range 1..{}", options.sockets_per_peer,
+                   tcp::kMaxStreams);
+  const auto start = Clock::now();
+  const Deadline deadline = deadline_in(options.connect_timeout);
+  const auto n = static_cast<std::size_t>(size);
+
+  RankRecord self;
+  TANDEM_CHECK_ARG(options.host_label.find_first_of("\r\n") == std::string::npos,
+                   "host label {:?} must not contain a line break", options.host_label);
+  std::string host_id = local_host_id();
+  if (!options.host_label.empty()) host_id += "/label:" + options.host_label;
+  self.info =
+      PeerInfo{rank, net::local_host_name(), std::move(host_id), static_cast<int>(::getpid())};
+  self.shm_disable = options.shm_disable;
+  self.streams = options.sockets_per_peer;
+  if (size == 1) {
+    return std::make_unique<detail::MeshImpl>(rank, options, std::vector<PeerInfo>{self.info},
+                                              std::vector<Link>{Link::self});
+  }
+
+  testing::setup_step("start");
+  tcp::Context tcp(rank, size, choose_listen_address(options.socket_ifname), options.token);
+  self.address = tcp.address();
+  self.port = tcp.port();
+  std::vector<int> others;
+  for (int p = 0; p < size; ++p)
+    if (p != rank) others.push_back(p);
+  const auto texts = gather(store, "addr/", rank, encode_record(self), others, deadline,
+                            "addresses", options.check_peers);
+  std::vector<RankRecord> records(n);
+  records[static_cast<std::size_t>(rank)] = self;
+  for (std::size_t i = 0; i < others.size(); ++i)
+    records[static_cast<std::size_t>(others[i])] = decode_record(texts[i], others[i]);
+
+  std::vector<Link> links(n, Link::tcp);
+  std::vector<PeerInfo> peers(n);
+  std::vector<tcp::Target> targets(n);
+  std::vector<int> local, remote;
+  for (int p = 0; p < size; ++p) {
+    const RankRecord& r = records[static_cast<std::size_t>(p)];
+    peers[static_cast<std::size_t>(p)] = r.info;
+    if (p == rank) {
+      links[static_cast<std::size_t>(p)] = Link::self;
+      continue;
+    }
+    const bool same_host = r.info.host_id == self.info.host_id;
+    const bool shm = same_host && !options.shm_disable && !r.shm_disable;
+    links[static_cast<std::size_t>(p)] = shm ? Link::shm : Link::tcp;
+    (shm ? local : remote).push_back(p);
+    targets[static_cast<std::size_t>(p)] =
+        tcp::Target{r.address, r.port, shm ? 0 : std::min(self.streams, r.streams), same_host};
+  }
+
+  auto mesh = std::make_unique<detail::MeshImpl>(rank, options, peers, links);
+  std::unique_ptr<shm::Context> shm;
+  if (!local.empty()) {
+    try {
+      shm = std::make_unique<shm::Context>(rank, local, options.shm_buffer_bytes, run_id(records));
+    } catch (const Error& e) {
+      store.set(fmt::format("shm/{}", rank), "!" + e.message());  // the local peers fail fast
+      throw;
+    }
+    const auto names = gather(store, "shm/", rank, shm->name(), local, deadline,
+                              "shared-memory segment names", options.check_peers);
+    for (std::size_t i = 0; i < local.size(); ++i) {
+      if (names[i].starts_with('!'))
+        TANDEM_THROW(ErrorCode::Io, "rank {} could not set up shared memory: {}", local[i],
+                     std::string_view(names[i]).substr(1));
+      shm->attach(local[i], names[i]);
+    }
+  }
+
+  auto sockets = tcp.connect_all(targets, deadline, options.check_peers);
+  for (int p = 0; p < size; ++p) {
+    if (p == rank) continue;
+    auto& s = sockets[static_cast<std::size_t>(p)];
+    auto ep = links[static_cast<std::size_t>(p)] == Link::shm
+                  ? shm->make_endpoint(p, mesh->failures())
+                  : tcp.make_endpoint(p, std::move(s.data), mesh->failures());
+    mesh->attach(p, Control(std::move(s.control)), std::move(ep));
+  }
+  if (shm) mesh->adopt_shm(std::move(shm), local);
+  testing::setup_step("connected");
+  TANDEM_INFO(init,
+              "rank {}/{} connected in {:.1f} ms: shm to [{}], tcp to [{}] ({} stream(s) each), "
+              "listening on {}",
+              rank, size, std::chrono::duration<double, std::milli>(Clock::now() - start).count(),
+              fmt::join(local, ","), fmt::join(remote, ","), options.sockets_per_peer,
+              net::format_host_port(tcp.address(), tcp.port()));
+  return mesh;
+}
+
+}  // namespace tandem::transport

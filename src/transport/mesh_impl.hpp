@@ -1,0 +1,146 @@
+#pragma once
+// The mesh's implementation, private to transport, split along its seams:
+//   mesh.cpp           the Mesh interface: post, test, wait, abort, close
+//   mesh_wait.cpp      waiting: progress passes, spinning, sleeping on a futex or poll()
+//   mesh_failures.cpp  liveness and control: peers that died, aborted or left, the
+//                      poisoned state every later call rethrows
+//   mesh_connect.cpp   building one: make_mesh over given connections, connect_mesh
+//                      through a store
+
+#include "transport/control.hpp"
+#include "transport/endpoint.hpp"
+#include "transport/mesh.hpp"
+#include "transport/regions.hpp"
+#include "transport/shm/context.hpp"
+
+#include <tandem/error.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <poll.h>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace tandem::transport::detail {
+
+using namespace std::chrono_literals;
+
+// Longest single sleep: a death that no socket reports (shm only) is noticed this fast.
+inline constexpr auto kSlice = 50ms;
+// Sleep slice when both shm and tcp transfers are pending: a futex and a socket cannot be
+// waited on together, so the futex side is polled this often.
+inline constexpr auto kMixedSlice = 1ms;
+// While data keeps moving (no blocking), the control sockets are still read this often.
+inline constexpr auto kControlPeriod = 1ms;
+// After a data connection closes, how long to wait for the control connection to say why.
+inline constexpr auto kCloseGrace = 200ms;
+
+inline bool all_complete(std::span<Request* const> rs) noexcept {
+  for (const Request* r : rs)
+    if (!r->complete) return false;
+  return true;
+}
+
+inline int poll_ms(std::chrono::nanoseconds d) noexcept {
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(d).count();
+  return static_cast<int>(std::clamp<std::int64_t>(ms, 0, 60'000));
+}
+
+class MeshImpl final : public Mesh, private PeerFailureHandler {
+ public:
+  MeshImpl(int rank, const MeshOptions& options, std::vector<PeerInfo> peers,
+           std::vector<Link> links)
+      : rank_(rank),
+        options_(options),
+        peers_(std::move(peers)),
+        links_(std::move(links)),
+        controls_(peers_.size()),
+        endpoints_(peers_.size()) {}
+  ~MeshImpl() override { close(); }
+
+  // ---- setup (mesh.cpp) ----------------------------------------------------------------
+  void attach(int peer, Control control, std::unique_ptr<Endpoint> ep);
+  void adopt_shm(std::unique_ptr<shm::Context> ctx, std::vector<int> local);
+  PeerFailureHandler& failures() noexcept { return *this; }
+
+  // ---- Mesh (mesh.cpp) -----------------------------------------------------------------
+  const std::shared_ptr<RegionPool>& regions() const noexcept override { return regions_; }
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return static_cast<int>(peers_.size()); }
+  Link link(int peer) const noexcept override;
+  const PeerInfo& peer_info(int peer) const override;
+  void post(Request& r) override;
+  bool test(std::span<Request* const> rs) override;
+  void wait(std::span<Request* const> rs, Deadline deadline) override;
+  void abort(const Error& error) noexcept override;
+  std::exception_ptr error() const noexcept override;
+  void close() noexcept override;
+
+ private:
+  // ---- waiting (mesh_wait.cpp) ---------------------------------------------------------
+  void run_wait(std::span<Request* const> rs, Deadline deadline);
+  /// One progress pass over every busy endpoint; whether anything moved.
+  bool progress_all();
+  /// One sleep of at most kSlice, on whatever can wake this rank. Returns at once when the
+  /// look at peers that left moved data: the caller checks its requests again first.
+  void block(Deadline deadline);
+  [[noreturn]] void throw_timeout(std::span<Request* const> rs, Clock::time_point start);
+
+  // ---- liveness and control (mesh_failures.cpp) ----------------------------------------
+  /// Reads what the control connections have (waiting up to `timeout_ms`), then raises a
+  /// failed peer.
+  void check_controls(int timeout_ms);
+  void read_controls() noexcept;
+  /// Throws for a peer that died or aborted (the state stays, so every later wait that
+  /// needs to block throws too). What it sent before is still delivered: a wait that can
+  /// finish with the data at hand finishes. A death seen directly is reported before an
+  /// abort that may only echo it.
+  void raise_failed_peers();
+  void raise_state(int peer);
+  /// A peer that closed its mesh normally will neither send nor receive again. Its BYE was
+  /// sent after everything it published, so one progress pass after reading the BYE sees
+  /// all of that: only when that pass moves nothing is the peer known to owe data. Returns
+  /// whether that pass moved anything (it may have completed what the caller waits for).
+  bool check_left_peers();
+  [[noreturn]] void throw_left(int peer);
+  void raise_peer_closed(int peer, std::string_view detail) override;
+  std::string who(int peer) const;
+
+  // ---- the poisoned state (mesh_failures.cpp) ------------------------------------------
+  /// Called from a catch block: poisons the mesh with the exception in flight and rethrows
+  /// it (an unexpected one becomes Error(Internal)).
+  [[noreturn]] void fail_current();
+  void poison(std::exception_ptr e, ErrorCode code, const std::string& message, bool tell) noexcept;
+  void throw_if_poisoned();
+  void drop_all() noexcept;
+
+  int rank_;
+  MeshOptions options_;
+  std::vector<PeerInfo> peers_;
+  std::vector<Link> links_;
+  std::vector<Control> controls_;
+  std::vector<std::unique_ptr<Endpoint>> endpoints_;
+  std::vector<Endpoint*> active_;
+  std::unique_ptr<shm::Context> shm_;
+  std::shared_ptr<RegionPool> regions_;
+  std::vector<pollfd> pfds_;
+  std::span<Request* const> waiting_;  ///< what the current wait()/test() waits for
+  Clock::time_point next_control_check_{};
+  bool closed_ = false;
+
+  mutable std::mutex mu_;
+  std::atomic<bool> poisoned_{false};
+  std::exception_ptr error_;
+  ErrorCode code_ = ErrorCode::Aborted;
+  std::string message_;
+  bool told_peers_ = false;
+};
+
+}  // namespace tandem::transport::detail
