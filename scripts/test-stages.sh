@@ -20,7 +20,10 @@ BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo}
 WERROR=${WERROR:-OFF}
 FUZZ_SECONDS=${FUZZ_SECONDS:-20}
 # Sanitizer builds: -O1 and line tables only keep them (and CI) fast; the reports still
-# carry file:line stacks.
+# carry file:line stacks. The ASan stage keeps assertions on (no -DNDEBUG): it is the stage
+# that runs the debug-only checks (the request queues' consistency checks in transport and
+# the tests that they catch misuse), which the optimised main build compiles out.
+ASAN_OPT=${ASAN_OPT:-"-O1 -g1"}
 SAN_OPT=${SAN_OPT:-"-O1 -g1 -DNDEBUG"}
 # ASan+UBSan runs the unit tests of every layer but the algorithm sweeps (their fake
 # transport replays every case; slow under ASan and no different in memory use from mp/),
@@ -143,7 +146,7 @@ stage_asan() {
   # -Werror off: gcc's ASan instrumentation makes it warn falsely inside libstdc++
   # (-Wmaybe-uninitialized in <regex>, -Wstringop-overflow in vector::resize).
   if ! configure "$dir" -DTANDEM_SANITIZE=address,undefined -DTANDEM_WITH_TORCH=OFF \
-    -DTANDEM_BUILD_BENCH=OFF -DTANDEM_WERROR=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$SAN_OPT" \
+    -DTANDEM_BUILD_BENCH=OFF -DTANDEM_WERROR=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$ASAN_OPT" \
     "-DTANDEM_TEST_DIRS=$ASAN_DIRS" || ! cmake --build "$dir" -j "$JOBS" --target $(asan_targets)
   then
     failed=$((failed + 1))
