@@ -37,11 +37,11 @@ class PrivateOwner final : public SharedBuffer::Owner {
 
 SharedBuffer Communicator::allocate(std::size_t bytes) {
   Impl& impl = *impl_;
-  if (impl.poisoned.load(std::memory_order_acquire)) {
-    std::lock_guard lock(impl.error_mutex);
+  if (impl.failure.poisoned.load(std::memory_order_acquire)) {
+    std::lock_guard lock(impl.failure.mutex);
     TANDEM_THROW(ErrorCode::Aborted,
                  "Communicator::allocate: the communicator failed earlier ({}); create a new one",
-                 impl.error_message);
+                 impl.failure.message);
   }
   std::shared_ptr<transport::RegionPool> pool;
   if (impl.mesh) pool = impl.mesh->regions();
@@ -51,10 +51,11 @@ SharedBuffer Communicator::allocate(std::size_t bytes) {
     return SharedBuffer(data, bytes, false, std::move(owner));
   }
   try {
-    return pool->allocate(bytes, *impl.store, deadline_in(impl.timeout), impl.check_peers);
+    return pool->allocate(bytes, *impl.rendezvous.store, deadline_in(impl.config.timeout),
+                          impl.rendezvous.check_peers);
   } catch (const Error& e) {
     throw Error(e.code(),
-                fmt::format("Communicator::allocate({} bytes) on rank {}: {}", bytes, impl.rank,
+                fmt::format("Communicator::allocate({} bytes) on rank {}: {}", bytes, impl.id.rank,
                             e.message()),
                 __FILE__, __LINE__);
   }

@@ -1,9 +1,9 @@
 // The API: every call is checked on the calling thread, given its algorithm, and handed to
 // the executor (executor.cpp) blocking or asynchronously.
 
+#include "comm/choice/policy.hpp"
+#include "comm/diag/validate.hpp"
 #include "comm/impl.hpp"
-#include "comm/policy.hpp"
-#include "comm/validate.hpp"
 #include "core/coarse_clock.hpp"
 
 #include <tandem/communicator.hpp>
@@ -24,24 +24,25 @@ comm::Op make_op(const Impl& impl, CollectiveKind kind, const BufferView& in, co
   c.op = op;
   c.root = root;
   c.counts = counts;
-  c.hosts = &impl.hosts;
+  c.hosts = &impl.config.hosts;
   // The deadline is seconds away: the coarse clock (a few ns, where the precise one costs a
   // tenth of an 8-byte allreduce over shared memory) is accurate enough for it. A timeline
   // needs the precise time: it shows when the call was issued.
-  x.issued = impl.trace ? Clock::now() : core::coarse_now();
-  const auto timeout = std::chrono::duration_cast<Clock::duration>(impl.timeout);
+  x.issued = impl.diag.trace ? Clock::now() : core::coarse_now();
+  const auto timeout = std::chrono::duration_cast<Clock::duration>(impl.config.timeout);
   c.deadline = timeout >= Deadline::max() - x.issued ? Deadline::max() : x.issued + timeout;
   if (o.deadline && *o.deadline < c.deadline) c.deadline = *o.deadline;
-  comm::validate(c, impl.rank, impl.size);
+  comm::validate(c, impl.id.rank, impl.id.size);
   // What a rank does not use is normalised, so algorithms see one shape: a broadcast's
   // input matters on the root only.
-  if (kind == CollectiveKind::broadcast && impl.rank != root) c.in = c.out;
-  if (impl.size == 1) {
+  if (kind == CollectiveKind::broadcast && impl.id.rank != root) c.in = c.out;
+  if (impl.id.size == 1) {
     if (!o.algorithm.empty() && algorithms::Registry::builtin().find(kind, o.algorithm) == nullptr)
-      impl.policy.choose(algorithms::Registry::builtin(), c, 1, o.algorithm);  // throws
+      impl.config.policy.choose(algorithms::Registry::builtin(), c, 1, o.algorithm);  // throws
     return x;
   }
-  x.algorithm = &impl.policy.choose(algorithms::Registry::builtin(), c, impl.size, o.algorithm);
+  x.algorithm =
+      &impl.config.policy.choose(algorithms::Registry::builtin(), c, impl.id.size, o.algorithm);
   return x;
 }
 
@@ -73,16 +74,16 @@ Communicator::~Communicator() {
 }
 
 int Communicator::rank() const noexcept {
-  return impl_->rank;
+  return impl_->id.rank;
 }
 int Communicator::size() const noexcept {
-  return impl_->size;
+  return impl_->id.size;
 }
 int Communicator::local_rank() const noexcept {
-  return impl_->local_rank;
+  return impl_->id.local_rank;
 }
 int Communicator::local_size() const noexcept {
-  return impl_->local_size;
+  return impl_->id.local_size;
 }
 
 // ---- allreduce ---------------------------------------------------------------------------
@@ -199,45 +200,46 @@ std::shared_ptr<Work> Communicator::barrier_async(const CallOptions& o) {
 // ---- state ---------------------------------------------------------------------------------
 void Communicator::abort(std::string_view reason) {
   impl_->poison(ErrorCode::Aborted,
-                fmt::format("communicator aborted by rank {}: {}", impl_->rank, reason));
+                fmt::format("communicator aborted by rank {}: {}", impl_->id.rank, reason));
 }
 
 bool Communicator::poisoned() const noexcept {
-  return impl_->poisoned.load(std::memory_order_acquire);
+  return impl_->failure.poisoned.load(std::memory_order_acquire);
 }
 
 std::exception_ptr Communicator::error() const {
-  std::lock_guard guard(impl_->error_mutex);
-  return impl_->error;
+  std::lock_guard guard(impl_->failure.mutex);
+  return impl_->failure.error;
 }
 
 std::string_view Communicator::transport_to(int peer) const {
-  TANDEM_CHECK_ARG(peer >= 0 && peer < impl_->size, "transport_to: peer {} is out of range [0, {})",
-                   peer, impl_->size);
-  if (peer == impl_->rank || !impl_->mesh) return "self";
+  TANDEM_CHECK_ARG(peer >= 0 && peer < impl_->id.size,
+                   "transport_to: peer {} is out of range [0, {})", peer, impl_->id.size);
+  if (peer == impl_->id.rank || !impl_->mesh) return "self";
   return transport::to_string(impl_->mesh->link(peer));
 }
 
 std::string_view Communicator::algorithm_for(CollectiveKind kind, std::size_t bytes) const {
-  if (impl_->size == 1) return "local";
-  return impl_->policy
+  if (impl_->id.size == 1) return "local";
+  return impl_->config.policy
       .choose(algorithms::Registry::builtin(),
-              comm::probe_call(kind, bytes, impl_->size, &impl_->hosts), impl_->size, {})
+              comm::probe_call(kind, bytes, impl_->id.size, &impl_->config.hosts), impl_->id.size,
+              {})
       .name();
 }
 
 std::string_view Communicator::last_algorithm() const noexcept {
-  if (impl_->size == 1) return "local";
-  const algorithms::Algorithm* a = impl_->last_algorithm.load(std::memory_order_acquire);
+  if (impl_->id.size == 1) return "local";
+  const algorithms::Algorithm* a = impl_->diag.last_algorithm.load(std::memory_order_acquire);
   return a != nullptr ? a->name() : std::string_view();
 }
 
 std::chrono::milliseconds Communicator::timeout() const noexcept {
-  return impl_->timeout;
+  return impl_->config.timeout;
 }
 
 const std::shared_ptr<store::Store>& Communicator::store() const noexcept {
-  return impl_->base_store;
+  return impl_->rendezvous.base_store;
 }
 
 }  // namespace tandem

@@ -1,11 +1,15 @@
 #pragma once
-// The state behind a Communicator, shared by the comm/ files: bootstrap (create, from_env,
-// split), the executor (ordering, the worker thread, poisoning) and argument validation.
+// The state behind a Communicator, in one part per concern (comm::Identity, Rendezvous,
+// Config, Queue, Failure, Diagnostics), and the operations the executor runs. comm/ is
+// grouped the same way: setup/ (create, from_env, split: fills identity, rendezvous and
+// config, connects the mesh), exec/ (ordering, the worker thread, poisoning, Work), choice/
+// (the algorithm policy and tuning files), diag/ (monitor, progress, flight recorder,
+// verification, validation, timeline); communicator.cpp and allocate.cpp are the API.
 
 #include "algorithms/algorithm.hpp"
-#include "comm/flight_recorder.hpp"
-#include "comm/monitor.hpp"
-#include "comm/policy.hpp"
+#include "comm/choice/policy.hpp"
+#include "comm/diag/flight_recorder.hpp"
+#include "comm/diag/monitor.hpp"
 #include "core/trace.hpp"
 #include "transport/mesh.hpp"
 
@@ -97,16 +101,21 @@ class OpWork final : public Work {
 
 }  // namespace tandem::comm
 
-namespace tandem {
+namespace tandem::comm {
 
-struct Communicator::Impl {
-  // ---- identity and bootstrap ----
+/// Who this rank is in the group.
+struct Identity {
   int rank = 0;
   int size = 1;
   int local_rank = 0;
   int local_size = 1;
   bool is_world = true;  ///< not made by split(): sets the rank shown in log lines
-  std::string prefix;    ///< this communicator's key namespace in the store
+};
+
+/// The store side of the group (setup/): where its keys live and how setup waits notice a
+/// rank that died.
+struct Rendezvous {
+  std::string prefix;                        ///< this communicator's key namespace in the store
   std::shared_ptr<store::Store> base_store;  ///< the store the caller gave
   std::shared_ptr<store::Store> store;       ///< base_store under `prefix`
   /// Key on base_store that the store server sets when a rank of this group (or of the group
@@ -118,21 +127,29 @@ struct Communicator::Impl {
   /// from_env on rank 0: the store server, kept alive as long as the communicator.
   /// Declared before the mesh so that it is destroyed after it.
   std::unique_ptr<store::TcpStoreServer> server;
+  std::uint64_t split_count = 0;
+};
+
+/// What the settings and options chose (setup/), read by the executor.
+struct Config {
   CommOptions options;
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
-  std::unique_ptr<transport::Mesh> mesh;  ///< null when size == 1
-  comm::AlgoPolicy policy;
+  AlgoPolicy policy;
   /// Which host each rank runs on (one host when size == 1).
   algorithms::HostLayout hosts;
-  algorithms::Scratch scratch;
   std::size_t chunk_bytes = 1u << 20;
   /// TANDEM_SPIN_US: how long the worker polls posted sends/recvs before it sleeps.
   std::chrono::nanoseconds spin_time{std::chrono::microseconds(50)};
-  std::uint64_t split_count = 0;
   /// TANDEM_DEBUG=DETAIL: the ranks compare every collective call before running it.
   bool verify_calls = false;
+  /// CommOptions::lazy_start: submit() wakes the worker only while it sleeps without a
+  /// timeout; otherwise it polls every lazy_start.
+  std::chrono::microseconds lazy_start{0};
+};
 
-  // ---- executor: every operation runs in call order, one thread owning the mesh ----
+/// The executor's queue and worker (exec/): every operation runs in call order, one thread
+/// owning the mesh.
+struct Queue {
   /// The executor's state in one word: kOwned (a thread owns the mesh: an inline call or the
   /// worker), kQueued (the queue is not empty) and, above them, the next collective sequence
   /// number. A blocking call claims the mesh and its sequence number with one
@@ -144,11 +161,10 @@ struct Communicator::Impl {
   std::atomic<std::uint64_t> state{0};
   std::mutex mutex;
   std::condition_variable worker_cv;
-  std::deque<std::shared_ptr<comm::OpWork>> queue;
+  std::deque<std::shared_ptr<OpWork>> queue;
   std::atomic<bool> stopping{false};  ///< the destructor runs: the worker exits
-  /// CommOptions::lazy_start: submit() wakes the worker only while it sleeps without a
-  /// timeout (`worker_asleep`, guarded by `mutex`); otherwise it polls every lazy_start.
-  std::chrono::microseconds lazy_start{0};
+  /// Lazy start (Config::lazy_start): the worker sleeps without a timeout (guarded by
+  /// `mutex`).
   bool worker_asleep = false;
   /// Lazy start adapts to the caller: a thread that waits for an operation still pending
   /// sets it, the worker taking one from the queue (nobody was there to run it) clears it,
@@ -161,16 +177,23 @@ struct Communicator::Impl {
   std::size_t active = 0;  ///< operations taken by the worker, not yet completed
   std::thread worker;
   /// Point-to-point operations the worker posted that are not complete (worker only).
-  std::vector<std::shared_ptr<comm::OpWork>> in_flight;
+  std::vector<std::shared_ptr<OpWork>> in_flight;
+};
 
-  // ---- failure ----
+/// The first failure, which poisons the communicator: every later operation gets it.
+struct Failure {
   std::atomic<bool> poisoned{false};
-  mutable std::mutex error_mutex;
+  mutable std::mutex mutex;
   std::exception_ptr error;
-  ErrorCode error_code = ErrorCode::Internal;
-  std::string error_message;
+  ErrorCode code = ErrorCode::Internal;
+  std::string message;
+  /// The first failure was logged with the flight recorder and published for the reports.
+  std::atomic<bool> reported{false};
+};
 
-  comm::FlightRecorder recorder;
+/// What the communicator tells about itself (diag/).
+struct Diagnostics {
+  FlightRecorder recorder;
   /// The algorithm that ran the last operation that succeeded (null: none yet, or a
   /// one-rank communicator's local copy); read by Communicator::last_algorithm().
   std::atomic<const algorithms::Algorithm*> last_algorithm{nullptr};
@@ -178,16 +201,32 @@ struct Communicator::Impl {
   /// that owns the mesh, like the recorder.
   std::unique_ptr<core::trace::Ring> trace;
   /// Publishes progress, reports stalls and mismatches that left every rank waiting (size > 1).
-  std::shared_ptr<comm::Monitor> monitor;
-  /// The first failure was logged with the flight recorder and published for the reports.
-  std::atomic<bool> failure_reported{false};
+  std::shared_ptr<Monitor> monitor;
+};
+
+}  // namespace tandem::comm
+
+namespace tandem {
+
+/// A communicator's state, one part per concern: setup/ fills identity, rendezvous and
+/// config and connects the mesh; exec/ owns the queue; the failure and the diagnostics are
+/// written by whichever thread owns the mesh.
+struct Communicator::Impl {
+  comm::Identity id;
+  comm::Rendezvous rendezvous;  ///< before the mesh: its store server outlives it
+  comm::Config config;
+  std::unique_ptr<transport::Mesh> mesh;  ///< null when size == 1
+  algorithms::Scratch scratch;
+  comm::Queue exec;
+  comm::Failure failure;
+  comm::Diagnostics diag;
 
   Impl() { wait_helper->impl = this; }
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
   /// Stops the monitor, whose mismatch handler points here, if shutdown() did not.
   ~Impl() {
-    if (monitor) monitor->stop();
+    if (diag.monitor) diag.monitor->stop();
   }
 
   // executor.cpp

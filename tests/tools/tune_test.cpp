@@ -1,6 +1,6 @@
 // tandem-perf --tune under tandemrun: a quick run writes a tuning file that the runtime's own
 // parser accepts, that a second context is added to, and that tandem-perf then runs with.
-#include "comm/tuning.hpp"
+#include "comm/choice/tuning.hpp"
 #include "subprocess.hpp"
 
 #include <gtest/gtest.h>

@@ -1,8 +1,8 @@
 #include "tune.hpp"
 
 #include "algorithms/algorithm.hpp"
-#include "comm/policy.hpp"
-#include "comm/tuning.hpp"
+#include "comm/choice/policy.hpp"
+#include "comm/choice/tuning.hpp"
 #include "core/net.hpp"
 #include "runner.hpp"
 #include "transport/bootstrap.hpp"

@@ -1,7 +1,7 @@
 #include "culprit.hpp"
 
-#include "comm/monitor.hpp"
-#include "comm/progress.hpp"
+#include "comm/diag/monitor.hpp"
+#include "comm/diag/progress.hpp"
 
 #include <fmt/format.h>
 

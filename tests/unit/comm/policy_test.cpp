@@ -3,7 +3,7 @@
 // and their error messages. The default by size is tested with the registry, the tuning file
 // with its parser (tuning_test.cpp).
 
-#include "comm/policy.hpp"
+#include "comm/choice/policy.hpp"
 
 #include <tandem/error.hpp>
 

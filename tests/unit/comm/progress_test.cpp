@@ -1,6 +1,6 @@
 // Progress records (what ranks publish for stall and culprit reports) and their diagnosis.
 
-#include "comm/progress.hpp"
+#include "comm/diag/progress.hpp"
 
 #include <gtest/gtest.h>
 

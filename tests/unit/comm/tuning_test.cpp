@@ -1,9 +1,9 @@
 // Tuning files: parsing and validation (each kind of bad file names the file, the entry and
 // the fix), context matching, and their place in the selector's precedence.
 
-#include "comm/tuning.hpp"
+#include "comm/choice/tuning.hpp"
 
-#include "comm/policy.hpp"
+#include "comm/choice/policy.hpp"
 
 #include <tandem/error.hpp>
 

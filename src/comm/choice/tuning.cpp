@@ -1,4 +1,4 @@
-#include "comm/tuning.hpp"
+#include "comm/choice/tuning.hpp"
 
 #include <tandem/error.hpp>
 #include <tandem/settings.hpp>

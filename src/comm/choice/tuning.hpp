@@ -15,7 +15,7 @@
 // two, so a range never splits a size class; sizes no range covers keep the built-in choice.
 
 #include "algorithms/algorithm.hpp"
-#include "comm/policy.hpp"
+#include "comm/choice/policy.hpp"
 #include "transport/mesh.hpp"
 
 #include <array>

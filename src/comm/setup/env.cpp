@@ -2,8 +2,8 @@
 // tandemrun (RANK, WORLD_SIZE, ...; tandemrun's store at TANDEM_STORE_ADDR), Slurm's srun
 // (SLURM_*), Open MPI's mpirun (OMPI_COMM_WORLD_*), MPICH/PMI (PMI_*), in that order of preference.
 
-#include "comm/bootstrap.hpp"
 #include "comm/impl.hpp"
+#include "comm/setup/bootstrap.hpp"
 #include "core/net.hpp"
 
 #include <tandem/error.hpp>
@@ -180,15 +180,15 @@ std::shared_ptr<Communicator> Communicator::from_env(CommOptions options) {
 
   if (!options.timeout) options.timeout = timeout;
   auto impl = comm::build(std::move(store), rank, size, std::move(options), true);
-  impl->server = std::move(server);
-  if (launch->local_rank && *launch->local_rank != impl->local_rank)
+  impl->rendezvous.server = std::move(server);
+  if (launch->local_rank && *launch->local_rank != impl->id.local_rank)
     TANDEM_WARN(init,
                 "the launcher says local rank {} but this host runs ranks such that this one is "
                 "local rank {} of {}; using the latter",
-                *launch->local_rank, impl->local_rank, impl->local_size);
-  else if (launch->local_size && *launch->local_size != impl->local_size)
+                *launch->local_rank, impl->id.local_rank, impl->id.local_size);
+  else if (launch->local_size && *launch->local_size != impl->id.local_size)
     TANDEM_INFO(init, "the launcher says {} ranks per host; this host runs {}", *launch->local_size,
-                impl->local_size);
+                impl->id.local_size);
   return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
 }
 

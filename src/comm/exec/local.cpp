@@ -1,4 +1,4 @@
-#include "comm/local.hpp"
+#include "comm/exec/local.hpp"
 
 #include <tandem/error.hpp>
 

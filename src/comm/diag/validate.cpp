@@ -1,4 +1,4 @@
-#include "comm/validate.hpp"
+#include "comm/diag/validate.hpp"
 
 #include <tandem/error.hpp>
 

@@ -1,6 +1,6 @@
-#include "comm/progress.hpp"
+#include "comm/diag/progress.hpp"
 
-#include "comm/bootstrap.hpp"
+#include "comm/setup/bootstrap.hpp"
 
 #include <fmt/format.h>
 

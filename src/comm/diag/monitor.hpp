@@ -10,7 +10,7 @@
 // The thread shares ownership of the monitor, so when stop() gives up on it, it finishes
 // alone and the monitor goes with it.
 
-#include "comm/progress.hpp"
+#include "comm/diag/progress.hpp"
 
 #include <tandem/communicator.hpp>
 #include <tandem/store.hpp>

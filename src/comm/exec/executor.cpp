@@ -5,10 +5,10 @@
 // communicator: the mesh is aborted (the peers learn of it) and every later operation
 // fails at once with the same code.
 
+#include "comm/diag/validate.hpp"
+#include "comm/diag/verify.hpp"
+#include "comm/exec/local.hpp"
 #include "comm/impl.hpp"
-#include "comm/local.hpp"
-#include "comm/validate.hpp"
-#include "comm/verify.hpp"
 
 #include <tandem/error.hpp>
 #include <tandem/log.hpp>
@@ -55,7 +55,7 @@ namespace {
 // Sets the call's sequence number and tag from the executor state it was taken from.
 void assign_sequence(Op& op, std::uint64_t state) {
   auto& c = op.call;
-  c.seq = state / Communicator::Impl::kSeqOne;
+  c.seq = state / comm::Queue::kSeqOne;
   // Point to point does not advance the collective sequence; sender and receiver derive
   // the same tag from the user's tag and the message shape.
 #ifdef TANDEM_NO_CALL_CHECKS  // only to measure what the default checks cost (README)
@@ -70,7 +70,7 @@ void assign_sequence(Op& op, std::uint64_t state) {
 
 // How far `op` advances the executor state's sequence number.
 std::uint64_t sequence_step(const Op& op) noexcept {
-  return comm::is_p2p(op.call.kind) ? 0 : Communicator::Impl::kSeqOne;
+  return comm::is_p2p(op.call.kind) ? 0 : comm::Queue::kSeqOne;
 }
 
 }  // namespace
@@ -79,10 +79,10 @@ void Communicator::Impl::run_blocking(Op& op, std::span<const std::size_t> count
   // Nothing queued or running: claim the mesh and the sequence number in one step and run
   // on this thread, without a lock.
   const std::uint64_t step = sequence_step(op);
-  std::uint64_t s = state.load(std::memory_order_relaxed);
-  while ((s & (kOwned | kQueued)) == 0) {
-    if (state.compare_exchange_weak(s, (s + step) | kOwned, std::memory_order_acquire,
-                                    std::memory_order_relaxed)) {
+  std::uint64_t s = exec.state.load(std::memory_order_relaxed);
+  while ((s & (comm::Queue::kOwned | comm::Queue::kQueued)) == 0) {
+    if (exec.state.compare_exchange_weak(s, (s + step) | comm::Queue::kOwned,
+                                         std::memory_order_acquire, std::memory_order_relaxed)) {
       assign_sequence(op, s);
       struct Release {
         Impl* self;
@@ -95,28 +95,29 @@ void Communicator::Impl::run_blocking(Op& op, std::span<const std::size_t> count
   // Earlier operations are queued or running: take a place in the queue.
   std::shared_ptr<OpWork> work;
   {
-    std::lock_guard guard(mutex);
+    std::lock_guard guard(exec.mutex);
     work = enqueue(op, counts);
   }
   op.call.seq = work->op.call.seq;
   op.call.tag = work->op.call.tag;
-  worker_cv.notify_one();
+  exec.worker_cv.notify_one();
   if (!work->finished_by(op.call.deadline)) {
     // The deadline passed. The operation's buffers live in the caller's frame, so it must
     // not start after this returns: take it out of the queue if it is still there. If it
     // started, it runs under this same deadline and ends promptly.
-    std::unique_lock lock(mutex);
-    const auto it = std::find(queue.begin(), queue.end(), work);
-    if (it != queue.end()) {
-      queue.erase(it);
-      ++dequeued;
-      if (queue.empty()) state.fetch_and(~kQueued, std::memory_order_relaxed);
+    std::unique_lock lock(exec.mutex);
+    const auto it = std::find(exec.queue.begin(), exec.queue.end(), work);
+    if (it != exec.queue.end()) {
+      exec.queue.erase(it);
+      ++exec.dequeued;
+      if (exec.queue.empty())
+        exec.state.fetch_and(~comm::Queue::kQueued, std::memory_order_relaxed);
       lock.unlock();
       const std::string message =
           fail(op, ErrorCode::Timeout,
                fmt::format("it could not start before its deadline because earlier operations "
                            "were still running (timeout {} ms)",
-                           timeout.count()),
+                           config.timeout.count()),
                false);
       TANDEM_THROW(ErrorCode::Timeout, "{}", message);
     }
@@ -131,43 +132,46 @@ std::shared_ptr<Work> Communicator::Impl::submit(const Op& op,
   std::shared_ptr<OpWork> work;
   bool wake = true;
   {
-    std::lock_guard guard(mutex);
+    std::lock_guard guard(exec.mutex);
     work = enqueue(op, counts);
     // Lazy start: a polling worker finds it by itself, unless a waiter runs it first. A
     // send or receive only the worker runs.
-    wake = lazy_start.count() == 0 || worker_asleep || !lazy_now || comm::is_p2p(op.call.kind);
+    wake = config.lazy_start.count() == 0 || exec.worker_asleep || !exec.lazy_now ||
+           comm::is_p2p(op.call.kind);
   }
-  if (wake) worker_cv.notify_one();
+  if (wake) exec.worker_cv.notify_one();
   return work;
 }
 
 std::shared_ptr<OpWork> Communicator::Impl::enqueue(const Op& op,
                                                     std::span<const std::size_t> counts) {
-  auto work = std::make_shared<OpWork>(op, counts, timeout);
+  auto work = std::make_shared<OpWork>(op, counts, config.timeout);
   work->helper = wait_helper;
   start_worker();
-  queue.push_back(work);
+  exec.queue.push_back(work);
   // Nothing that can fail comes after the sequence number is taken (a gap would
   // desynchronise the ranks). kQueued is set first: from then on no inline call can claim
   // the mesh and a sequence number ahead of this one.
-  state.fetch_or(kQueued, std::memory_order_relaxed);
-  assign_sequence(work->op, state.fetch_add(sequence_step(op), std::memory_order_relaxed));
+  exec.state.fetch_or(comm::Queue::kQueued, std::memory_order_relaxed);
+  assign_sequence(work->op, exec.state.fetch_add(sequence_step(op), std::memory_order_relaxed));
   if (!comm::is_p2p(op.call.kind)) work->set_sequence(static_cast<std::int64_t>(work->op.call.seq));
   return work;
 }
 
 void Communicator::Impl::release_mesh() noexcept {
-  if ((state.fetch_and(~kOwned, std::memory_order_release) & kQueued) == 0) return;
+  if ((exec.state.fetch_and(~comm::Queue::kOwned, std::memory_order_release) &
+       comm::Queue::kQueued) == 0)
+    return;
   // Operations were queued meanwhile and the worker waits for the mesh. Taking the mutex
   // orders this with the worker's look at the state, so the notification is not lost.
-  { std::lock_guard guard(mutex); }
-  worker_cv.notify_one();
+  { std::lock_guard guard(exec.mutex); }
+  exec.worker_cv.notify_one();
 }
 
 void Communicator::Impl::start_worker() {
-  if (worker.joinable()) return;
+  if (exec.worker.joinable()) return;
   try {
-    worker = std::thread([this] { worker_loop(); });
+    exec.worker = std::thread([this] { worker_loop(); });
   } catch (const std::system_error& e) {
     TANDEM_THROW(ErrorCode::Io,
                  "could not start the communicator's worker thread for asynchronous operations "
@@ -177,21 +181,21 @@ void Communicator::Impl::start_worker() {
 }
 
 void Communicator::Impl::execute(const Op& op, Clock::time_point now) {
-  if (poisoned.load(std::memory_order_acquire)) throw_poisoned(op);
+  if (failure.poisoned.load(std::memory_order_acquire)) throw_poisoned(op);
   const auto& c = op.call;
   if (now == Clock::time_point{}) now = Clock::now();
   const std::string_view algo = op.algorithm != nullptr ? op.algorithm->name() : "local";
-  const auto ticket =
-      recorder.start(c.kind, comm::shape_dtype(c), comm::shape_count(c), c.root, c.seq, algo, now);
+  const auto ticket = diag.recorder.start(c.kind, comm::shape_dtype(c), comm::shape_count(c),
+                                          c.root, c.seq, algo, now);
 #ifdef TANDEM_NO_CALL_CHECKS
   const bool collective = false;
 #else
-  const bool collective = monitor && !comm::is_p2p(c.kind);
+  const bool collective = diag.monitor && !comm::is_p2p(c.kind);
 #endif
   if (collective)
-    monitor->entered(c.kind, comm::shape_dtype(c), comm::shape_count(c), c.root, c.seq, now);
-  if (trace) [[unlikely]]
-    comm::trace_begin(*trace, op, now);
+    diag.monitor->entered(c.kind, comm::shape_dtype(c), comm::shape_count(c), c.root, c.seq, now);
+  if (diag.trace) [[unlikely]]
+    comm::trace_begin(*diag.trace, op, now);
   ErrorCode code = ErrorCode::Internal;
   std::string what;
   const algorithms::Algorithm* ran = nullptr;
@@ -200,21 +204,21 @@ void Communicator::Impl::execute(const Op& op, Clock::time_point now) {
       TANDEM_THROW(ErrorCode::Timeout,
                    "its deadline passed before it could start (earlier operations took too long; "
                    "timeout {} ms)",
-                   timeout.count());
+                   config.timeout.count());
     }
     if (op.algorithm == nullptr) {
       comm::run_local(c);
     } else {
-      if (verify_calls && !comm::is_p2p(c.kind)) comm::verify_call(*mesh, c);
-      algorithms::Context ctx{*mesh, scratch, chunk_bytes};
+      if (config.verify_calls && !comm::is_p2p(c.kind)) comm::verify_call(*mesh, c);
+      algorithms::Context ctx{*mesh, scratch, config.chunk_bytes};
       op.algorithm->run(c, ctx);
       ran = ctx.ran != nullptr ? ctx.ran : op.algorithm;
     }
-    last_algorithm.store(ran, std::memory_order_release);
-    recorder.finish(ticket, true, ran != nullptr ? ran->name() : algo);
-    if (trace) [[unlikely]]
-      comm::trace_end(*trace, op, ran, Clock::now());
-    if (collective) monitor->completed(c.seq);
+    diag.last_algorithm.store(ran, std::memory_order_release);
+    diag.recorder.finish(ticket, true, ran != nullptr ? ran->name() : algo);
+    if (diag.trace) [[unlikely]]
+      comm::trace_end(*diag.trace, op, ran, Clock::now());
+    if (collective) diag.monitor->completed(c.seq);
     return;
   } catch (const Error& e) {
     code = e.code();
@@ -222,20 +226,20 @@ void Communicator::Impl::execute(const Op& op, Clock::time_point now) {
   } catch (const std::exception& e) {
     what = fmt::format("unexpected exception (a bug in tandem; please report it): {}", e.what());
   }
-  recorder.finish(ticket, false);
-  if (trace) trace->close(Clock::now(), what);
-  if (code == ErrorCode::Timeout && monitor) {
+  diag.recorder.finish(ticket, false);
+  if (diag.trace) diag.trace->close(Clock::now(), what);
+  if (code == ErrorCode::Timeout && diag.monitor) {
     // The peer a rank waited for may itself wait for another: the progress reports (stable
     // for as long as the collective hung) name the rank that never came.
-    if (auto who = monitor->diagnose_failure(Clock::now()))
+    if (auto who = diag.monitor->diagnose_failure(Clock::now()))
       what += fmt::format(". The ranks' progress reports: {}", *who);
   }
   std::string message = fail(op, code, what);
-  if (code == ErrorCode::Mismatch && monitor &&
+  if (code == ErrorCode::Mismatch && diag.monitor &&
       message.find("the ranks disagree") == std::string::npos) {
     // The mismatch shows this rank's call and the peer's tag; the ranks' failure records
     // show every call.
-    if (auto calls = monitor->diagnose_failure(deadline_in(comm::Monitor::kPublishWait)))
+    if (auto calls = diag.monitor->diagnose_failure(deadline_in(comm::Monitor::kPublishWait)))
       message += fmt::format(". What each rank called: {}", *calls);
   }
   TANDEM_THROW(code, "{}", message);
@@ -244,17 +248,17 @@ void Communicator::Impl::execute(const Op& op, Clock::time_point now) {
 std::string Communicator::Impl::fail(const Op& op, ErrorCode code, std::string_view what,
                                      bool owns_mesh) {
   std::string message = fmt::format("{} failed: {}", comm::describe(op), what);
-  if (!poisoned.load(std::memory_order_acquire)) poison(code, message);
+  if (!failure.poisoned.load(std::memory_order_acquire)) poison(code, message);
   // The monitor may have poisoned the communicator (a mismatch found from the ranks'
   // progress): the operation it failed is still the one to report.
-  if (!failure_reported.exchange(true)) {
+  if (!failure.reported.exchange(true)) {
     // The recorder belongs to the thread that owns the mesh.
-    if (owns_mesh) TANDEM_WARN(coll, "flight recorder: {}", recorder.dump());
+    if (owns_mesh) TANDEM_WARN(coll, "flight recorder: {}", diag.recorder.dump());
     // For the other ranks' reports and tandemrun's.
-    if (monitor) monitor->publish_failure(message, owns_mesh ? &recorder : nullptr);
+    if (diag.monitor) diag.monitor->publish_failure(message, owns_mesh ? &diag.recorder : nullptr);
     // A job that fails is when its timeline is wanted: write it now, the process may not
     // get to destroy the communicator.
-    if (trace && owns_mesh) trace->sink().flush();
+    if (diag.trace && owns_mesh) diag.trace->sink().flush();
   }
   if (mesh && owns_mesh) {
     // Requests that were posted when the failure struck (an algorithm's, already unwound,
@@ -270,12 +274,12 @@ std::string Communicator::Impl::fail(const Op& op, ErrorCode code, std::string_v
 void Communicator::Impl::poison(ErrorCode code, const std::string& message) noexcept {
   try {
     {
-      std::lock_guard guard(error_mutex);
-      if (error) return;
-      error = std::make_exception_ptr(Error(code, message));
-      error_code = code;
-      error_message = message;
-      poisoned.store(true, std::memory_order_release);
+      std::lock_guard guard(failure.mutex);
+      if (failure.error) return;
+      failure.error = std::make_exception_ptr(Error(code, message));
+      failure.code = code;
+      failure.message = message;
+      failure.poisoned.store(true, std::memory_order_release);
     }
     TANDEM_WARN(coll, "{}", message);
     if (mesh && !mesh->error()) mesh->abort(Error(code, message));
@@ -288,9 +292,9 @@ void Communicator::Impl::throw_poisoned(const Op& op) const {
   ErrorCode code;
   std::string message;
   {
-    std::lock_guard guard(error_mutex);
-    code = error_code;
-    message = error_message;
+    std::lock_guard guard(failure.mutex);
+    code = failure.code;
+    message = failure.message;
   }
   TANDEM_THROW(code,
                "communicator poisoned: {} ({} was not run; destroy this communicator and create a "
@@ -301,23 +305,23 @@ void Communicator::Impl::throw_poisoned(const Op& op) const {
 void Communicator::Impl::run_if_next(const OpWork* work) {
   std::shared_ptr<OpWork> next;
   {
-    std::lock_guard guard(mutex);
-    lazy_now = true;  // the caller waits right away: waking the worker at submit() is wasted
-    if (stopping || queue.empty() || queue.front().get() != work ||
+    std::lock_guard guard(exec.mutex);
+    exec.lazy_now = true;  // the caller waits right away: waking the worker at submit() is wasted
+    if (exec.stopping || exec.queue.empty() || exec.queue.front().get() != work ||
         comm::is_p2p(work->op.call.kind))
       return;
     // The mesh is free only when nothing runs: no inline call, no collective on the worker,
     // no send/recv in flight (the worker keeps it while any is).
-    std::uint64_t s = state.load(std::memory_order_relaxed);
-    if ((s & kOwned) != 0 ||
-        !state.compare_exchange_strong(s, s | kOwned, std::memory_order_acquire,
-                                       std::memory_order_relaxed))
+    std::uint64_t s = exec.state.load(std::memory_order_relaxed);
+    if ((s & comm::Queue::kOwned) != 0 ||
+        !exec.state.compare_exchange_strong(s, s | comm::Queue::kOwned, std::memory_order_acquire,
+                                            std::memory_order_relaxed))
       return;
-    next = std::move(queue.front());
-    queue.pop_front();
-    ++dequeued;
-    if (queue.empty()) state.fetch_and(~kQueued, std::memory_order_relaxed);
-    ++active;
+    next = std::move(exec.queue.front());
+    exec.queue.pop_front();
+    ++exec.dequeued;
+    if (exec.queue.empty()) exec.state.fetch_and(~comm::Queue::kQueued, std::memory_order_relaxed);
+    ++exec.active;
   }
   run_collective(next);
   release_mesh();
@@ -329,15 +333,15 @@ void Communicator::Impl::shutdown() noexcept {
     std::lock_guard guard(wait_helper->mutex);
     wait_helper->impl = nullptr;
   }
-  if (monitor) monitor->stop();
+  if (diag.monitor) diag.monitor->stop();
   std::deque<std::shared_ptr<OpWork>> dropped;
   bool running = false;
   {
-    std::lock_guard guard(mutex);
-    stopping = true;
-    dropped.swap(queue);
-    state.fetch_and(~kQueued, std::memory_order_relaxed);
-    running = active > 0;
+    std::lock_guard guard(exec.mutex);
+    exec.stopping = true;
+    dropped.swap(exec.queue);
+    exec.state.fetch_and(~comm::Queue::kQueued, std::memory_order_relaxed);
+    running = exec.active > 0;
   }
   if (running) {
     // Waiting for it could take until its deadline (minutes) if the peers never join.
@@ -345,7 +349,7 @@ void Communicator::Impl::shutdown() noexcept {
            fmt::format("the communicator was destroyed on rank {} while an asynchronous "
                        "operation was still running (wait() for it before destroying the "
                        "communicator)",
-                       rank));
+                       id.rank));
   }
   for (auto& w : dropped) {
     try {
@@ -358,16 +362,16 @@ void Communicator::Impl::shutdown() noexcept {
       w->mark_failed(nullptr);
     }
   }
-  worker_cv.notify_all();
-  if (worker.joinable()) worker.join();
+  exec.worker_cv.notify_all();
+  if (exec.worker.joinable()) exec.worker.join();
   if (mesh) mesh->close();
-  if (registered_lost && !poisoned.load(std::memory_order_acquire)) {
+  if (rendezvous.registered_lost && !failure.poisoned.load(std::memory_order_acquire)) {
     // A normal end: this rank's disconnect must not read as a death. (After a failure it may
     // well read as one, and the store may be out of reach: nothing to cancel then.)
     try {
-      base_store->set_on_disconnect(lost_key, {});
+      rendezvous.base_store->set_on_disconnect(rendezvous.lost_key, {});
     } catch (const Error& e) {
-      TANDEM_DETAIL(init, "communicator '{}': {}", prefix, e.message());
+      TANDEM_DETAIL(init, "communicator '{}': {}", rendezvous.prefix, e.message());
     }
   }
 }

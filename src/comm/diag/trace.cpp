@@ -2,8 +2,8 @@
 // communicator's track, point-to-point operations as spans that may overlap (they stay posted
 // while later operations run). Called only when tracing is on.
 
+#include "comm/diag/validate.hpp"
 #include "comm/impl.hpp"
-#include "comm/validate.hpp"
 
 namespace tandem::comm {
 

@@ -1,6 +1,6 @@
-#include "comm/monitor.hpp"
+#include "comm/diag/monitor.hpp"
 
-#include "comm/flight_recorder.hpp"
+#include "comm/diag/flight_recorder.hpp"
 #include "core/net.hpp"
 
 #include <tandem/error.hpp>

@@ -1,6 +1,6 @@
-#include "comm/flight_recorder.hpp"
+#include "comm/diag/flight_recorder.hpp"
 
-#include "comm/progress.hpp"
+#include "comm/diag/progress.hpp"
 
 #include <fmt/format.h>
 

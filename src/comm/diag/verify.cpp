@@ -1,7 +1,7 @@
-#include "comm/verify.hpp"
+#include "comm/diag/verify.hpp"
 
-#include "comm/bootstrap.hpp"
-#include "comm/validate.hpp"
+#include "comm/diag/validate.hpp"
+#include "comm/setup/bootstrap.hpp"
 
 #include <tandem/error.hpp>
 

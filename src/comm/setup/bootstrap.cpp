@@ -1,7 +1,7 @@
-#include "comm/bootstrap.hpp"
+#include "comm/setup/bootstrap.hpp"
 
+#include "comm/choice/tuning.hpp"
 #include "comm/impl.hpp"
-#include "comm/tuning.hpp"
 #include "core/net.hpp"
 #include "core/reduce.hpp"
 #include "core/trace.hpp"
@@ -66,16 +66,15 @@ void stream_threshold_from_settings() {
 }
 
 // Ranks with this rank's host_id, in rank order, are its host's ranks.
-void find_local(Communicator::Impl& impl) {
-  const std::string& mine = impl.mesh->peer_info(impl.rank).host_id;
-  impl.local_rank = 0;
-  impl.local_size = 0;
-  for (int r = 0; r < impl.size; ++r) {
-    if (impl.mesh->peer_info(r).host_id != mine) continue;
-    if (r < impl.rank) ++impl.local_rank;
-    ++impl.local_size;
+void find_local(const transport::Mesh& mesh, Identity& id) {
+  const std::string& mine = mesh.peer_info(id.rank).host_id;
+  id.local_rank = 0;
+  id.local_size = 0;
+  for (int r = 0; r < id.size; ++r) {
+    if (mesh.peer_info(r).host_id != mine) continue;
+    if (r < id.rank) ++id.local_rank;
+    ++id.local_size;
   }
-  impl.hosts = algorithms::HostLayout::of(*impl.mesh);
 }
 
 void log_summary(const Communicator::Impl& impl) {
@@ -84,35 +83,37 @@ void log_summary(const Communicator::Impl& impl) {
   if (impl.mesh) {
     for (auto link : {transport::Link::shm, transport::Link::tcp}) {
       std::vector<int> ranks;
-      for (int r = 0; r < impl.size; ++r)
-        if (r != impl.rank && impl.mesh->link(r) == link) ranks.push_back(r);
+      for (int r = 0; r < impl.id.size; ++r)
+        if (r != impl.id.rank && impl.mesh->link(r) == link) ranks.push_back(r);
       if (ranks.empty()) continue;
       links +=
           fmt::format("{}{} to rank{} {}", links.empty() ? "" : ", ", transport::to_string(link),
                       ranks.size() > 1 ? "s" : "", format_ranks(ranks));
     }
-    if (impl.hosts.spans_hosts())
-      links +=
-          impl.hosts.ranks_per_host > 0
-              ? fmt::format("; {} hosts of {} ranks", impl.hosts.hosts, impl.hosts.ranks_per_host)
-              : fmt::format("; {} hosts of different sizes", impl.hosts.hosts);
+    if (impl.config.hosts.spans_hosts())
+      links += impl.config.hosts.ranks_per_host > 0
+                   ? fmt::format("; {} hosts of {} ranks", impl.config.hosts.hosts,
+                                 impl.config.hosts.ranks_per_host)
+                   : fmt::format("; {} hosts of different sizes", impl.config.hosts.hosts);
   } else {
     links = "no peers";
   }
   TANDEM_INFO(init,
               "communicator '{}': rank {} of {}, local rank {} of {}; {}; kernels {}; timeout {} "
               "s; chunk {}{}",
-              impl.prefix, impl.rank, impl.size, impl.local_rank, impl.local_size, links,
-              core::kernel_target(), impl.timeout.count() / 1000.0, format_bytes(impl.chunk_bytes),
-              impl.policy.spec().empty()
+              impl.rendezvous.prefix, impl.id.rank, impl.id.size, impl.id.local_rank,
+              impl.id.local_size, links, core::kernel_target(),
+              impl.config.timeout.count() / 1000.0, format_bytes(impl.config.chunk_bytes),
+              impl.config.policy.spec().empty()
                   ? ""
-                  : fmt::format("; forced algorithms '{}'", impl.policy.spec()));
-  if (impl.size > 1) {
+                  : fmt::format("; forced algorithms '{}'", impl.config.policy.spec()));
+  if (impl.id.size > 1) {
     const auto& reg = algorithms::Registry::builtin();
-    TANDEM_INFO(
-        init, "communicator '{}': allreduce: {}; broadcast: {}", impl.prefix,
-        describe_choices(impl.policy, reg, CollectiveKind::allreduce, impl.size, &impl.hosts),
-        describe_choices(impl.policy, reg, CollectiveKind::broadcast, impl.size, &impl.hosts));
+    TANDEM_INFO(init, "communicator '{}': allreduce: {}; broadcast: {}", impl.rendezvous.prefix,
+                describe_choices(impl.config.policy, reg, CollectiveKind::allreduce, impl.id.size,
+                                 &impl.config.hosts),
+                describe_choices(impl.config.policy, reg, CollectiveKind::broadcast, impl.id.size,
+                                 &impl.config.hosts));
   }
 }
 
@@ -124,8 +125,8 @@ std::string choose_tuning(Communicator::Impl& impl) {
   auto file = load_tuning_file(path);
   const TuningContext context = tuning_context(*impl.mesh);
   if (const TuningEntry* entry = file->match(context)) {
-    TANDEM_INFO(init, "communicator '{}': applies tuning {}", impl.prefix, entry->label);
-    impl.policy.set_tuning(std::move(file), entry);
+    TANDEM_INFO(init, "communicator '{}': applies tuning {}", impl.rendezvous.prefix, entry->label);
+    impl.config.policy.set_tuning(std::move(file), entry);
     return entry->digest();
   }
   static std::mutex mutex;
@@ -149,51 +150,51 @@ std::string choose_tuning(Communicator::Impl& impl) {
 void apply_tuning(Communicator::Impl& impl) {
   constexpr std::string_view kKey = "tuning";
   constexpr std::string_view kFailed = "failed: ";
-  if (impl.rank == 0) {
+  if (impl.id.rank == 0) {
     std::string applied;
     try {
       applied = choose_tuning(impl);
     } catch (const Error& e) {
-      impl.store->set(kKey, fmt::format("{}{}", kFailed, e.message()));
+      impl.rendezvous.store->set(kKey, fmt::format("{}{}", kFailed, e.message()));
       throw;
     }
-    impl.store->set(kKey, applied);
+    impl.rendezvous.store->set(kKey, applied);
     return;
   }
   const std::string applied = choose_tuning(impl);
-  const std::string first = impl.store->get(kKey, deadline_in(impl.timeout));
+  const std::string first = impl.rendezvous.store->get(kKey, deadline_in(impl.config.timeout));
   if (first.starts_with(kFailed))
     TANDEM_THROW(ErrorCode::InvalidArgument,
                  "communicator '{}': rank 0 could not apply its tuning file ({}); every rank "
                  "must see the same valid TANDEM_TUNING_FILE",
-                 impl.prefix, first.substr(kFailed.size()));
+                 impl.rendezvous.prefix, first.substr(kFailed.size()));
   if (first != applied)
     TANDEM_THROW(ErrorCode::InvalidArgument,
                  "communicator '{}': rank 0 applies tuning '{}' but rank {} applies '{}'; every "
                  "rank must see the same TANDEM_TUNING_FILE (and TANDEM_SHM_DISABLE)",
-                 impl.prefix, first, impl.rank, applied);
+                 impl.rendezvous.prefix, first, impl.id.rank, applied);
 }
 
 // A rank that dies during setup never publishes what the others wait for. Its store
 // connection closes, though: the store server sets lost_key then (if the store can), and the
 // waits of setup look at that key every kLivenessPoll.
-void watch_peers(Communicator::Impl& impl, std::string lost_key,
+void watch_peers(const Identity& id, Rendezvous& rdv, std::string lost_key,
                  transport::MeshOptions& mesh_opts) {
   if (lost_key.empty()) {
-    lost_key = impl.prefix + "/lost";
+    lost_key = rdv.prefix + "/lost";
     try {
-      impl.registered_lost = impl.base_store->set_on_disconnect(
-          lost_key, fmt::format("rank {} of communicator '{}' on {} (pid {})", impl.rank,
-                                impl.prefix, net::local_host_name(), ::getpid()));
+      rdv.registered_lost = rdv.base_store->set_on_disconnect(
+          lost_key, fmt::format("rank {} of communicator '{}' on {} (pid {})", id.rank, rdv.prefix,
+                                net::local_host_name(), ::getpid()));
     } catch (const Error& e) {
       TANDEM_WARN(init,
                   "communicator '{}': the store cannot watch this rank's liveness ({}); a rank "
                   "that dies during setup is then noticed only at the timeout",
-                  impl.prefix, e.message());
+                  rdv.prefix, e.message());
     }
   }
-  impl.lost_key = lost_key;
-  mesh_opts.check_peers = [store = impl.base_store, key = std::move(lost_key)] {
+  rdv.lost_key = lost_key;
+  mesh_opts.check_peers = [store = rdv.base_store, key = std::move(lost_key)] {
     const std::string keys[] = {key};
     if (!store->check(keys)) return;
     TANDEM_THROW(ErrorCode::PeerLost,
@@ -202,7 +203,7 @@ void watch_peers(Communicator::Impl& impl, std::string lost_key,
                  "status (a crash, the OOM killer, a signal)",
                  store->get(key, deadline_in(std::chrono::seconds(10))));
   };
-  impl.check_peers = mesh_opts.check_peers;
+  rdv.check_peers = mesh_opts.check_peers;
 }
 
 }  // namespace
@@ -240,21 +241,21 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
   }
 
   auto impl = std::make_unique<Communicator::Impl>();
-  impl->rank = rank;
-  impl->size = size;
-  impl->is_world = is_world;
-  impl->timeout = timeout_from(options);
-  impl->chunk_bytes = chunk_bytes_from_settings();
+  impl->id.rank = rank;
+  impl->id.size = size;
+  impl->id.is_world = is_world;
+  impl->config.timeout = timeout_from(options);
+  impl->config.chunk_bytes = chunk_bytes_from_settings();
   stream_threshold_from_settings();
-  impl->verify_calls = log::enabled(log::Level::detail, log::Subsys::coll);
+  impl->config.verify_calls = log::enabled(log::Level::detail, log::Subsys::coll);
   const auto& reg = algorithms::Registry::builtin();
   if (options.algorithm) {
-    impl->policy = AlgoPolicy(*options.algorithm, "CommOptions::algorithm", reg);
+    impl->config.policy = AlgoPolicy(*options.algorithm, "CommOptions::algorithm", reg);
   } else {
-    impl->policy = AlgoPolicy(settings::get_string("TANDEM_ALGO"), "TANDEM_ALGO", reg);
+    impl->config.policy = AlgoPolicy(settings::get_string("TANDEM_ALGO"), "TANDEM_ALGO", reg);
   }
-  auto mesh_opts = mesh_options(options, impl->timeout);
-  impl->spin_time = mesh_opts.spin_time;
+  auto mesh_opts = mesh_options(options, impl->config.timeout);
+  impl->config.spin_time = mesh_opts.spin_time;
 
   std::string prefix = options.store_prefix;
   if (prefix.empty())
@@ -266,37 +267,39 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
     const auto generation = store->add(fmt::format("{}/generation/{}", prefix, rank), 1);
     if (generation > 1) prefix = fmt::format("{}/{}", prefix, generation);
   }
-  impl->prefix = prefix;
-  impl->base_store = store;
-  impl->store = std::make_shared<store::PrefixStore>(prefix, store);
-  impl->store->set_timeout(impl->timeout);
-  impl->lazy_start = options.lazy_start;
-  impl->options = std::move(options);
+  impl->rendezvous.prefix = prefix;
+  impl->rendezvous.base_store = store;
+  impl->rendezvous.store = std::make_shared<store::PrefixStore>(prefix, store);
+  impl->rendezvous.store->set_timeout(impl->config.timeout);
+  impl->config.lazy_start = options.lazy_start;
+  impl->config.options = std::move(options);
   if (is_world) log::set_rank(rank, size);
   if (auto* sink = core::trace::Sink::get()) {
     // One process track per rank of the world; a split communicator gets a thread track there.
     if (is_world) sink->set_rank(rank);
     const int pid = is_world ? rank : std::max(sink->rank(), 0);
-    impl->trace = sink->open(
+    impl->diag.trace = sink->open(
         pid, is_world ? std::string("collectives")
                       : fmt::format("collectives of '{}' (rank {} of {})", prefix, rank, size));
   }
 
   if (size > 1) {
-    watch_peers(*impl, std::move(lost_key), mesh_opts);
+    watch_peers(impl->id, impl->rendezvous, std::move(lost_key), mesh_opts);
     try {
-      impl->mesh = transport::connect_mesh(*impl->store, rank, size, mesh_opts);
+      impl->mesh = transport::connect_mesh(*impl->rendezvous.store, rank, size, mesh_opts);
     } catch (const Error& e) {
       throw Error(e.code(),
                   fmt::format("creating communicator '{}' (rank {} of {}): {}", prefix, rank, size,
                               e.message()),
                   __FILE__, __LINE__);
     }
-    find_local(*impl);
+    find_local(*impl->mesh, impl->id);
+    impl->config.hosts = algorithms::HostLayout::of(*impl->mesh);
     apply_tuning(*impl);
-    impl->monitor = Monitor::start(impl->store, rank, size, prefix,
-                                   settings::get_seconds("TANDEM_STALL_WARN"), impl->timeout);
-    impl->monitor->on_mismatch([self = impl.get()](const std::string& what) {
+    impl->diag.monitor =
+        Monitor::start(impl->rendezvous.store, rank, size, prefix,
+                       settings::get_seconds("TANDEM_STALL_WARN"), impl->config.timeout);
+    impl->diag.monitor->on_mismatch([self = impl.get()](const std::string& what) {
       self->poison(ErrorCode::Mismatch,
                    fmt::format("the ranks called different collectives (seen in their progress "
                                "reports): {}. Every rank must call the same collectives in the "

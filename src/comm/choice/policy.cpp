@@ -1,8 +1,8 @@
-#include "comm/policy.hpp"
+#include "comm/choice/policy.hpp"
 
 #include "algorithms/common.hpp"
-#include "comm/tuning.hpp"
-#include "comm/validate.hpp"
+#include "comm/choice/tuning.hpp"
+#include "comm/diag/validate.hpp"
 
 #include <tandem/error.hpp>
 #include <tandem/log.hpp>
