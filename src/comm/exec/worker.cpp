@@ -125,29 +125,29 @@ void Communicator::Impl::worker_loop() {
   }
 }
 
-void Communicator::Impl::complete(const std::shared_ptr<OpWork>& work, std::exception_ptr failure) {
+void Communicator::Impl::complete(const std::shared_ptr<OpWork>& work, std::exception_ptr thrown) {
   if (diag.trace) work->set_completed_at(Clock::now());
   {
     std::lock_guard guard(exec.mutex);
     --exec.active;
   }
-  if (failure) {
-    work->mark_failed(std::move(failure));
+  if (thrown) {
+    work->mark_failed(std::move(thrown));
   } else {
     work->mark_done();
   }
 }
 
 void Communicator::Impl::run_collective(const std::shared_ptr<OpWork>& work) {
-  std::exception_ptr failure;
+  std::exception_ptr thrown;
   try {
     execute(work->op);
   } catch (...) {
-    failure = std::current_exception();
+    thrown = std::current_exception();
   }
   // The mesh is poisoned now: posted sends/recvs cannot complete.
-  if (failure && !exec.in_flight.empty()) fail_in_flight(ErrorCode::Internal, {});
-  complete(work, std::move(failure));
+  if (thrown && !exec.in_flight.empty()) fail_in_flight(ErrorCode::Internal, {});
+  complete(work, std::move(thrown));
 }
 
 void Communicator::Impl::start_p2p(const std::shared_ptr<OpWork>& work) {
