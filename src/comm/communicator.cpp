@@ -36,6 +36,9 @@ comm::Op make_op(const Impl& impl, CollectiveKind kind, const BufferView& in, co
   // What a rank does not use is normalised, so algorithms see one shape: a broadcast's
   // input matters on the root only.
   if (kind == CollectiveKind::broadcast && impl.id.rank != root) c.in = c.out;
+  // Buffers on a device go to the device backend (validate() checked that both are on one).
+  x.device = c.in.device.is_cpu() ? c.out.device : c.in.device;
+  if (!x.device.is_cpu()) return x;
   if (impl.id.size == 1) {
     if (!o.algorithm.empty() && algorithms::Registry::builtin().find(kind, o.algorithm) == nullptr)
       impl.config.policy.choose(algorithms::Registry::builtin(), c, 1, o.algorithm);  // throws

@@ -8,6 +8,7 @@
 
 #include "algorithms/algorithm.hpp"
 #include "comm/choice/policy.hpp"
+#include "comm/device/backend.hpp"
 #include "comm/diag/flight_recorder.hpp"
 #include "comm/diag/monitor.hpp"
 #include "core/trace.hpp"
@@ -43,6 +44,8 @@ struct Op {
   /// When the call was made, to the coarse clock's tick (core/coarse_clock.hpp): its
   /// deadline counts from here.
   Clock::time_point issued{};
+  /// Where the buffers are: a device call runs on the communicator's device backend.
+  Device device{};
 };
 
 inline bool is_p2p(CollectiveKind k) noexcept {
@@ -217,6 +220,10 @@ struct Communicator::Impl {
   comm::Config config;
   std::unique_ptr<transport::Mesh> mesh;  ///< null when size == 1
   algorithms::Scratch scratch;
+  /// Runs the calls on device memory (device/backend.hpp); made at the first one, by the
+  /// thread that owns the mesh. `device_live` lets poison() on another thread abort it.
+  std::unique_ptr<comm::DeviceBackend> device_backend;
+  std::atomic<comm::DeviceBackend*> device_live{nullptr};
   comm::Queue exec;
   comm::Failure failure;
   comm::Diagnostics diag;
@@ -256,6 +263,9 @@ struct Communicator::Impl {
   void start_worker();
   /// Gives the mesh up; wakes the worker when operations were queued meanwhile.
   void release_mesh() noexcept;
+  /// The device backend for `device`, made at the first call on a device (every rank makes
+  /// it at the same call). InvalidArgument for a second device.
+  comm::DeviceBackend& device_for(Device device);
 
   // worker.cpp
   void worker_loop();
@@ -275,7 +285,7 @@ struct Communicator::Impl {
   void fail_in_flight(ErrorCode code, std::string_view what);
   /// Completes `work` after it left `active`, so that whoever sees it done may destroy the
   /// communicator without it counting as running.
-  void complete(const std::shared_ptr<comm::OpWork>& work, std::exception_ptr failure);
+  void complete(const std::shared_ptr<comm::OpWork>& work, std::exception_ptr thrown);
 };
 
 }  // namespace tandem

@@ -23,6 +23,9 @@ constexpr std::array kSettings{
     Setting{"TANDEM_BUFFSIZE", bytes, "4M",
             "Shared-memory buffer per channel (per peer, per direction)."},
     Setting{"TANDEM_CHUNK_SIZE", bytes, "1M", "Pipelining chunk of the large-message algorithms."},
+    Setting{"TANDEM_CUDA_LIBRARY", string, "",
+            "The CUDA backend library loaded at the first CUDA buffer; empty: "
+            "libtandem_cuda.so next to libtandem."},
     Setting{"TANDEM_DEBUG", choice, "WARN", "Log level: WARN, INFO or DETAIL."},
     Setting{"TANDEM_DEBUG_SUBSYS", string, "ALL",
             "Subsystems to log: a comma list of INIT, STORE, SHM, TCP, COLL, ALGO, RUN, PERF, "

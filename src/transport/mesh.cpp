@@ -87,6 +87,19 @@ void MeshImpl::wait(std::span<Request* const> rs, Deadline deadline) {
   }
 }
 
+void MeshImpl::check_alive() {
+  throw_if_poisoned();
+  waiting_ = {};  // nothing is waited for here: a failed peer is raised below
+  try {
+    check_controls(0);
+    for (auto state : {Control::State::lost, Control::State::aborted})
+      for (std::size_t p = 0; p < controls_.size(); ++p)
+        if (controls_[p].state() == state) raise_state(static_cast<int>(p));
+  } catch (...) {
+    fail_current();
+  }
+}
+
 void MeshImpl::abort(const Error& error) noexcept {
   poison(std::make_exception_ptr(error), error.code(), error.message(), true);
 }

@@ -132,6 +132,12 @@ class Mesh {
     wait(std::span<Request* const>(&p, 1), deadline);
   }
 
+  /// Without waiting: throws Error(PeerLost) naming a peer whose control connection says it
+  /// died, Error(Aborted) for one that aborted, or the error that poisoned the mesh (which
+  /// it then is). For work that runs outside the mesh (a device backend) while the peers'
+  /// liveness is watched here; a poll of the control connections, a few microseconds.
+  virtual void check_alive() = 0;
+
   /// Poisons the mesh with `error`, tells every peer (an abort frame carrying the message),
   /// and drops every pending request. Idempotent; never throws. May be called from another
   /// thread while one is inside wait(): that wait throws `error` within one sleep slice.

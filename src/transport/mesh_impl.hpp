@@ -79,6 +79,7 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
   void post(Request& r) override;
   bool test(std::span<Request* const> rs) override;
   void wait(std::span<Request* const> rs, Deadline deadline) override;
+  void check_alive() override;
   void abort(const Error& error) noexcept override;
   std::exception_ptr error() const noexcept override;
   void close() noexcept override;

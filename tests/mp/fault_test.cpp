@@ -379,8 +379,11 @@ TEST(InvalidArguments, RejectedBeforeTouchingPeers) {
                          "allreduce: in.dtype (f32) differs from out.dtype (f64)");
           BufferView gpu = f8;
           gpu.device = Device::cuda(0);
+          expect_invalid([&] { comm->allreduce(gpu, f8, ReduceOp::sum); },
+                         "allreduce: in is on cuda:0 but out on cpu");
+          gpu.device.index = -1;
           expect_invalid([&] { comm->allreduce(gpu, ReduceOp::sum); },
-                         "CUDA buffers need the cuda backend (not built)");
+                         "a CUDA buffer names its device");
           expect_invalid(
               [&] { comm->allreduce(BufferView::raw(nullptr, 3, DataType::f32), ReduceOp::sum); },
               "in.data is null but in.count is 3");

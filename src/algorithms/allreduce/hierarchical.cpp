@@ -75,6 +75,7 @@ class SubMesh final : public transport::Mesh {
   void wait(std::span<transport::Request* const> rs, Deadline deadline) override {
     parent_.wait(rs, deadline);
   }
+  void check_alive() override { parent_.check_alive(); }
   void abort(const Error& error) noexcept override { parent_.abort(error); }
   std::exception_ptr error() const noexcept override { return parent_.error(); }
   void close() noexcept override {}  // the parent's to close

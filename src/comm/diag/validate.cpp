@@ -22,9 +22,8 @@ constexpr std::size_t kMaxCount = std::numeric_limits<std::size_t>::max() / 16;
   TANDEM_CHECK_ARG(static_cast<unsigned>(b.dtype) <= static_cast<unsigned>(DataType::i64),
                    "{}: {}.dtype has the invalid value {}", coll, name,
                    static_cast<unsigned>(b.dtype));
-  TANDEM_CHECK_ARG(b.device.is_cpu(),
-                   "{}: {} is on {}; CUDA buffers need the cuda backend (not built): pass host "
-                   "memory",
+  TANDEM_CHECK_ARG(b.device.is_cpu() || (b.device.is_cuda() && b.device.index >= 0),
+                   "{}: {}.device is {}: a CUDA buffer names its device (Device::cuda(index))",
                    coll, name, b.device.str());
   TANDEM_CHECK_ARG(b.data != nullptr || b.count == 0, "{}: {}.data is null but {}.count is {}",
                    coll, name, name, b.count);
@@ -34,21 +33,25 @@ constexpr std::size_t kMaxCount = std::numeric_limits<std::size_t>::max() / 16;
 
 void check_view(std::string_view coll, std::string_view name, const BufferView& b) {
   const bool ok = static_cast<unsigned>(b.dtype) <= static_cast<unsigned>(DataType::i64) &&
-                  b.device.is_cpu() && (b.data != nullptr || b.count == 0) && b.count <= kMaxCount;
+                  (b.device.is_cpu() || (b.device.is_cuda() && b.device.index >= 0)) &&
+                  (b.data != nullptr || b.count == 0) && b.count <= kMaxCount;
   if (!ok) [[unlikely]]
     explain_view(coll, name, b);
 }
 
 [[noreturn, gnu::cold]] void explain_dtypes(std::string_view coll, const BufferView& in,
                                             const BufferView& out) {
+  TANDEM_CHECK_ARG(in.device == out.device,
+                   "{}: in is on {} but out on {}: both buffers must be on the same device", coll,
+                   in.device.str(), out.device.str());
   TANDEM_THROW(ErrorCode::InvalidArgument,
                "{}: in.dtype ({}) differs from out.dtype ({}): both buffers must hold the same "
                "element type",
                coll, to_string(in.dtype), to_string(out.dtype));
 }
 
-void check_same_dtype(std::string_view coll, const BufferView& in, const BufferView& out) {
-  if (in.dtype != out.dtype) [[unlikely]]
+void check_alike(std::string_view coll, const BufferView& in, const BufferView& out) {
+  if (in.dtype != out.dtype || in.device != out.device) [[unlikely]]
     explain_dtypes(coll, in, out);
 }
 
@@ -114,7 +117,7 @@ void validate(const Call& c, int rank, int size) {
       check_op(coll, c.op);
       check_view(coll, "in", c.in);
       check_view(coll, "out", c.out);
-      check_same_dtype(coll, c.in, c.out);
+      check_alike(coll, c.in, c.out);
       check_count(coll, "out", c.out.count, c.in.count, "out.count == in.count");
       check_layout(coll, c.in, c.out, 0, "in-place means in.data == out.data");
       return;
@@ -123,7 +126,7 @@ void validate(const Call& c, int rank, int size) {
       check_view(coll, "out", c.out);
       if (rank == c.root) {
         check_view(coll, "in", c.in);
-        check_same_dtype(coll, c.in, c.out);
+        check_alike(coll, c.in, c.out);
         check_count(coll, "in", c.in.count, c.out.count, "on the root, in.count == out.count");
         check_layout(coll, c.in, c.out, 0, "in-place means in.data == out.data");
       }
@@ -134,7 +137,7 @@ void validate(const Call& c, int rank, int size) {
       check_view(coll, "in", c.in);
       if (rank == c.root) {
         check_view(coll, "out", c.out);
-        check_same_dtype(coll, c.in, c.out);
+        check_alike(coll, c.in, c.out);
         check_count(coll, "out", c.out.count, c.in.count, "on the root, out.count == in.count");
         check_layout(coll, c.in, c.out, 0, "in-place means in.data == out.data");
       }
@@ -142,7 +145,7 @@ void validate(const Call& c, int rank, int size) {
     case CollectiveKind::allgather:
       check_view(coll, "in", c.in);
       check_view(coll, "out", c.out);
-      check_same_dtype(coll, c.in, c.out);
+      check_alike(coll, c.in, c.out);
       check_count(coll, "out", c.out.count, world * c.in.count, "size() * in.count");
       check_layout(coll, c.in, c.out, static_cast<std::size_t>(rank) * c.in.count,
                    "in-place means in.data == out.data + rank() * in.count elements");
@@ -150,7 +153,7 @@ void validate(const Call& c, int rank, int size) {
     case CollectiveKind::allgatherv: {
       check_view(coll, "in", c.in);
       check_view(coll, "out", c.out);
-      check_same_dtype(coll, c.in, c.out);
+      check_alike(coll, c.in, c.out);
       TANDEM_CHECK_ARG(c.counts.size() == world,
                        "{}: counts has {} entries but the communicator has {} ranks", coll,
                        c.counts.size(), size);
@@ -173,7 +176,7 @@ void validate(const Call& c, int rank, int size) {
       check_op(coll, c.op);
       check_view(coll, "in", c.in);
       check_view(coll, "out", c.out);
-      check_same_dtype(coll, c.in, c.out);
+      check_alike(coll, c.in, c.out);
       check_count(coll, "in", c.in.count, world * c.out.count, "size() * out.count");
       check_layout(coll, c.out, c.in, static_cast<std::size_t>(rank) * c.out.count,
                    "in-place means out.data == in.data + rank() * out.count elements");
@@ -181,7 +184,7 @@ void validate(const Call& c, int rank, int size) {
     case CollectiveKind::alltoall:
       check_view(coll, "in", c.in);
       check_view(coll, "out", c.out);
-      check_same_dtype(coll, c.in, c.out);
+      check_alike(coll, c.in, c.out);
       check_count(coll, "out", c.out.count, c.in.count, "out.count == in.count");
       TANDEM_CHECK_ARG(c.in.count % world == 0,
                        "{}: in.count ({}) is not a multiple of size() ({}): every rank gets an "
@@ -194,7 +197,7 @@ void validate(const Call& c, int rank, int size) {
       check_view(coll, "in", c.in);
       if (rank == c.root) {
         check_view(coll, "out", c.out);
-        check_same_dtype(coll, c.in, c.out);
+        check_alike(coll, c.in, c.out);
         check_count(coll, "out", c.out.count, world * c.in.count, "on the root, size() * in.count");
         check_layout(coll, c.in, c.out, static_cast<std::size_t>(rank) * c.in.count,
                      "in-place means in.data == out.data + root * in.count elements");
@@ -205,7 +208,7 @@ void validate(const Call& c, int rank, int size) {
       check_view(coll, "out", c.out);
       if (rank == c.root) {
         check_view(coll, "in", c.in);
-        check_same_dtype(coll, c.in, c.out);
+        check_alike(coll, c.in, c.out);
         check_count(coll, "in", c.in.count, world * c.out.count, "on the root, size() * out.count");
         check_layout(coll, c.out, c.in, static_cast<std::size_t>(rank) * c.out.count,
                      "in-place means out.data == in.data + root * out.count elements");

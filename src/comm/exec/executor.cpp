@@ -27,7 +27,9 @@ namespace comm {
 
 std::string describe(const Op& op) {
   const auto& c = op.call;
-  const std::string_view algo = op.algorithm != nullptr ? op.algorithm->name() : "local";
+  const std::string algo = op.algorithm != nullptr ? std::string(op.algorithm->name())
+                           : op.device.is_cpu()    ? std::string("local")
+                                                   : fmt::format("on {}", op.device.str());
   const auto dtype = to_string(shape_dtype(c));
   const auto count = shape_count(c);
   switch (c.kind) {
@@ -184,7 +186,9 @@ void Communicator::Impl::execute(const Op& op, Clock::time_point now) {
   if (failure.poisoned.load(std::memory_order_acquire)) throw_poisoned(op);
   const auto& c = op.call;
   if (now == Clock::time_point{}) now = Clock::now();
-  const std::string_view algo = op.algorithm != nullptr ? op.algorithm->name() : "local";
+  const std::string_view algo = op.algorithm != nullptr ? op.algorithm->name()
+                                : op.device.is_cpu()    ? std::string_view("local")
+                                                        : std::string_view("device");
   const auto ticket = diag.recorder.start(c.kind, comm::shape_dtype(c), comm::shape_count(c),
                                           c.root, c.seq, algo, now);
 #ifdef TANDEM_NO_CALL_CHECKS
@@ -206,7 +210,9 @@ void Communicator::Impl::execute(const Op& op, Clock::time_point now) {
                    "timeout {} ms)",
                    config.timeout.count());
     }
-    if (op.algorithm == nullptr) {
+    if (!op.device.is_cpu()) {
+      device_for(op.device).run(c);
+    } else if (op.algorithm == nullptr) {
       comm::run_local(c);
     } else {
       if (config.verify_calls && !comm::is_p2p(c.kind)) comm::verify_call(*mesh, c);
@@ -283,6 +289,7 @@ void Communicator::Impl::poison(ErrorCode code, const std::string& message) noex
     }
     TANDEM_WARN(coll, "{}", message);
     if (mesh && !mesh->error()) mesh->abort(Error(code, message));
+    if (auto* device = device_live.load(std::memory_order_acquire)) device->abort();
   } catch (...) {
     // Out of memory while formatting: the mesh and the operations still fail on their own.
   }
@@ -300,6 +307,36 @@ void Communicator::Impl::throw_poisoned(const Op& op) const {
                "communicator poisoned: {} ({} was not run; destroy this communicator and create a "
                "new one on every rank)",
                message, comm::describe(op));
+}
+
+comm::DeviceBackend& Communicator::Impl::device_for(Device device) {
+  if (!device_backend) {
+    comm::DeviceSetup setup;
+    setup.rank = id.rank;
+    setup.size = id.size;
+    setup.device = device;
+    setup.store = rendezvous.store;
+    setup.timeout = config.timeout;
+    setup.label = fmt::format("communicator '{}'", rendezvous.prefix);
+    // The mesh's control connections notice a death at once; the store's watch (a round
+    // trip) is asked every kLivenessPoll.
+    setup.check_peers = [this, next = Clock::time_point{}]() mutable {
+      if (mesh) mesh->check_alive();
+      if (!rendezvous.check_peers) return;
+      const auto now = Clock::now();
+      if (now < next) return;
+      next = now + transport::kLivenessPoll;
+      rendezvous.check_peers();
+    };
+    device_backend = comm::make_device_backend(setup);
+    device_live.store(device_backend.get(), std::memory_order_release);
+  }
+  TANDEM_CHECK_ARG(device_backend->device() == device,
+                   "communicator '{}' runs its device collectives on {} ({}); a call on {} needs "
+                   "a communicator of its own (one device per rank and communicator, as in NCCL)",
+                   rendezvous.prefix, device_backend->device().str(), device_backend->name(),
+                   device.str());
+  return *device_backend;
 }
 
 void Communicator::Impl::run_if_next(const OpWork* work) {
@@ -364,6 +401,10 @@ void Communicator::Impl::shutdown() noexcept {
   }
   exec.worker_cv.notify_all();
   if (exec.worker.joinable()) exec.worker.join();
+  if (device_backend) {
+    device_live.store(nullptr, std::memory_order_release);
+    device_backend.reset();  // before the mesh: it may still ask it about the peers
+  }
   if (mesh) mesh->close();
   if (rendezvous.registered_lost && !failure.poisoned.load(std::memory_order_acquire)) {
     // A normal end: this rank's disconnect must not read as a death. (After a failure it may

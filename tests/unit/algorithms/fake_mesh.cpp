@@ -76,6 +76,11 @@ class FakeMesh final : public transport::Mesh {
     return all_complete(rs);
   }
 
+  void check_alive() override {
+    std::unique_lock lk(world_.mu_);
+    throw_if_poisoned();
+  }
+
   void wait(std::span<Request* const> rs, Deadline deadline) override {
     std::unique_lock lk(world_.mu_);
     for (;;) {

@@ -1,0 +1,23 @@
+#include "gpu/kernels.hpp"
+
+#include "gpu/cuda.hpp"
+
+#include <tandem/error.hpp>
+
+namespace tandem::gpu {
+
+void divide_on_device(void* data, std::size_t count, DataType dtype, int divisor,
+                      cudaStream_t stream) {
+  TANDEM_CHECK(!is_floating(dtype), "divide_on_device: {} is not an integer type",
+               to_string(dtype));
+  check_cuda(detail::launch_divide(data, count, dtype, divisor, stream),
+             "launching the integer average kernel");
+}
+
+void fill_pattern(void* data, std::size_t count, DataType dtype, int rank, std::uint32_t seed,
+                  cudaStream_t stream) {
+  check_cuda(detail::launch_fill(data, count, dtype, rank, seed, stream),
+             "launching the pattern kernel");
+}
+
+}  // namespace tandem::gpu

@@ -1,0 +1,258 @@
+#include "gpu/nccl/backend.hpp"
+
+#include "algorithms/common.hpp"
+#include "gpu/kernels.hpp"
+#include "gpu/nccl/types.hpp"
+#include "gpu/nccl/unique_id.hpp"
+
+#include <tandem/error.hpp>
+#include <tandem/log.hpp>
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+namespace tandem::gpu {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Waiting for the device: the first polls only yield (a small collective on NVLink finishes
+// within microseconds), then each poll sleeps this long.
+constexpr unsigned kSpinPolls = 256;
+constexpr auto kPollSleep = 20us;
+// How often the peers' liveness is asked while a call is waited for (the mesh's control
+// connections: a poll() of a few sockets).
+constexpr auto kPeerCheck = 1ms;
+// Finalizing the NCCL communicator at destruction, after which it is aborted instead.
+constexpr auto kFinalizeTimeout = 10s;
+
+std::string describe_call(const algorithms::Call& c, Device device) {
+  const BufferView& b = c.in.count > 0 ? c.in : c.out;
+  switch (c.kind) {
+    case CollectiveKind::send:
+      return fmt::format("NCCL send to rank {} ({} x {} on {})", c.root, to_string(b.dtype),
+                         b.count, device.str());
+    case CollectiveKind::recv:
+      return fmt::format("NCCL recv from rank {} ({} x {} on {})", c.root, to_string(b.dtype),
+                         b.count, device.str());
+    default:
+      return fmt::format("NCCL {} #{} ({} x {} on {})", to_string(c.kind), c.seq,
+                         to_string(b.dtype), b.count, device.str());
+  }
+}
+
+}  // namespace
+
+NcclBackend::NcclBackend(const comm::DeviceSetup& setup) : setup_(setup) {
+  const auto start = Clock::now();
+  const Deadline deadline = deadline_in(setup_.timeout);
+  use_device(setup_.device);
+  stream_ = std::make_unique<Stream>();
+  ready_ = std::make_unique<Event>();
+  done_ = std::make_unique<Event>();
+  barrier_word_ = DeviceMemory(sizeof(float));
+  const ncclUniqueId id =
+      exchange_unique_id(*setup_.store, "nccl/id", setup_.rank, deadline, setup_.check_peers);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // every wait is tandem's, with its deadline and liveness checks
+  config.commName = setup_.label.c_str();
+  try {
+    check(ncclCommInitRankConfig(&comm_, setup_.size, id, setup_.rank, &config),
+          "ncclCommInitRankConfig");
+    settle(deadline, fmt::format("creating the NCCL communicator of {} ranks", setup_.size));
+  } catch (...) {
+    abort_communicator();
+    throw;
+  }
+  int version = 0;
+  (void)ncclGetVersion(&version);
+  TANDEM_INFO(init,
+              "{}: rank {} of {} runs collectives on CUDA memory through NCCL {} on {} ({}), "
+              "nonblocking, ready in {:.1f} ms; NCCL chooses the path to each peer (NVLink, "
+              "PCIe, shared memory, network): NCCL_DEBUG=INFO lists them",
+              setup_.label, setup_.rank, setup_.size, nccl_version_text(version),
+              setup_.device.str(), describe_device(setup_.device.index),
+              std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+}
+
+NcclBackend::~NcclBackend() {
+  if (comm_ == nullptr) return;
+  try {
+    check_cuda(cudaSetDevice(setup_.device.index), "cudaSetDevice");
+    check(ncclCommFinalize(comm_), "ncclCommFinalize");
+    abort_requested_.store(false, std::memory_order_relaxed);
+    setup_.check_peers = nullptr;  // the peers may be gone already: that is no failure now
+    settle(deadline_in(kFinalizeTimeout), "finalizing the NCCL communicator");
+    (void)ncclCommDestroy(comm_);
+    comm_ = nullptr;
+  } catch (const Error& e) {
+    TANDEM_DETAIL(init, "{}: NCCL communicator aborted at destruction: {}", setup_.label,
+                  e.message());
+    abort_communicator();
+  }
+}
+
+void NcclBackend::check(ncclResult_t r, std::string_view what) const {
+  if (r == ncclSuccess || r == ncclInProgress) [[likely]]
+    return;
+  throw nccl_error(r, what, comm_ != nullptr ? ncclGetLastError(comm_) : "");
+}
+
+void NcclBackend::abort_communicator() noexcept {
+  broken_ = true;
+  if (comm_ == nullptr) return;
+  (void)ncclCommAbort(comm_);
+  comm_ = nullptr;
+}
+
+void NcclBackend::run(const algorithms::Call& call) {
+  const std::string what = describe_call(call, setup_.device);
+  if (broken_)
+    TANDEM_THROW(ErrorCode::Aborted,
+                 "{} was not run: this communicator's NCCL communicator was aborted after an "
+                 "earlier failure",
+                 what);
+  try {
+    check_cuda(cudaSetDevice(setup_.device.index), "cudaSetDevice");
+    // What the caller's kernels on the legacy default stream wrote comes first.
+    check_cuda(cudaEventRecord(ready_->get(), cudaStreamLegacy), "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(stream_->get(), ready_->get(), 0), "cudaStreamWaitEvent");
+    enqueue(call);
+    settle(call.deadline, what);
+    if (divides_after(call.op, call.out.dtype) && setup_.size > 1 &&
+        (call.kind == CollectiveKind::allreduce || call.kind == CollectiveKind::reduce_scatter ||
+         (call.kind == CollectiveKind::reduce && setup_.rank == call.root)))
+      divide_on_device(call.out.data, call.out.count, call.out.dtype, setup_.size, stream_->get());
+    check_cuda(cudaEventRecord(done_->get(), stream_->get()), "cudaEventRecord");
+    wait_until(
+        [&] {
+          const cudaError_t e = cudaEventQuery(done_->get());
+          if (e == cudaErrorNotReady) return false;
+          check_cuda(e, fmt::format("{} on the device", what));
+          return true;
+        },
+        call.deadline, what);
+  } catch (...) {
+    abort_communicator();
+    throw;
+  }
+}
+
+void NcclBackend::enqueue(const algorithms::Call& c) {
+  const cudaStream_t s = stream_->get();
+  const DataType dtype = c.in.count > 0 ? c.in.dtype : c.out.dtype;
+  const ncclDataType_t t = nccl_type(dtype);
+  const ncclRedOp_t op = nccl_op(c.op, dtype);
+  const std::size_t n = static_cast<std::size_t>(setup_.size);
+  check(ncclGroupStart(), "ncclGroupStart");
+  ncclResult_t r = ncclSuccess;
+  switch (c.kind) {
+    case CollectiveKind::allreduce:
+      r = ncclAllReduce(c.in.data, c.out.data, c.out.count, t, op, comm_, s);
+      break;
+    case CollectiveKind::broadcast:
+      r = ncclBroadcast(c.in.data, c.out.data, c.out.count, t, c.root, comm_, s);
+      break;
+    case CollectiveKind::reduce:
+      r = ncclReduce(c.in.data, c.out.data, c.in.count, t, op, c.root, comm_, s);
+      break;
+    case CollectiveKind::allgather:
+      r = ncclAllGather(c.in.data, c.out.data, c.in.count, t, comm_, s);
+      break;
+    case CollectiveKind::allgatherv: {
+      // One broadcast per rank into its place in `out`, grouped into one launch.
+      const std::size_t es = dtype_size(dtype);
+      std::size_t offset = 0;
+      for (std::size_t p = 0; p < c.counts.size() && r == ncclSuccess; ++p) {
+        auto* place = static_cast<std::byte*>(c.out.data) + offset * es;
+        const void* from = static_cast<int>(p) == setup_.rank ? c.in.data : place;
+        r = ncclBroadcast(from, place, c.counts[p], t, static_cast<int>(p), comm_, s);
+        offset += c.counts[p];
+      }
+      break;
+    }
+    case CollectiveKind::reduce_scatter:
+      r = ncclReduceScatter(c.in.data, c.out.data, c.out.count, t, op, comm_, s);
+      break;
+    case CollectiveKind::alltoall:
+      r = ncclAlltoAll(c.in.data, c.out.data, c.in.count / n, t, comm_, s);
+      break;
+    case CollectiveKind::gather:
+      r = ncclGather(c.in.data, c.out.data, c.in.count, t, c.root, comm_, s);
+      break;
+    case CollectiveKind::scatter:
+      r = ncclScatter(c.in.data, c.out.data, c.out.count, t, c.root, comm_, s);
+      break;
+    case CollectiveKind::send:
+      r = ncclSend(c.in.data, c.in.count, t, c.root, comm_, s);
+      break;
+    case CollectiveKind::recv:
+      r = ncclRecv(c.out.data, c.out.count, t, c.root, comm_, s);
+      break;
+    case CollectiveKind::barrier:
+      r = ncclAllReduce(barrier_word_.get(), barrier_word_.get(), 1, ncclFloat32, ncclSum, comm_,
+                        s);
+      break;
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  check(r, fmt::format("enqueueing the {}", to_string(c.kind)));
+  check(end, "ncclGroupEnd");
+}
+
+void NcclBackend::settle(Deadline deadline, std::string_view what) {
+  wait_until(
+      [&] {
+        ncclResult_t state = ncclSuccess;
+        check(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
+        return state != ncclInProgress;
+      },
+      deadline, what);
+}
+
+void NcclBackend::wait_until(const std::function<bool()>& finished, Deadline deadline,
+                             std::string_view what) {
+  Clock::time_point next_check{};
+  for (unsigned i = 0;; ++i) {
+    if (finished()) {
+      // A call that failed asynchronously also "finishes": its error is the answer.
+      ncclResult_t state = ncclSuccess;
+      check(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
+      if (state != ncclSuccess && state != ncclInProgress)
+        throw nccl_error(state, what, ncclGetLastError(comm_));
+      return;
+    }
+    ncclResult_t state = ncclSuccess;
+    check(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
+    if (state != ncclSuccess && state != ncclInProgress)
+      throw nccl_error(state, what, ncclGetLastError(comm_));
+    if (abort_requested_.load(std::memory_order_acquire))
+      TANDEM_THROW(ErrorCode::Aborted,
+                   "{} was stopped: the communicator was aborted (another operation failed or a "
+                   "peer reported a failure)",
+                   what);
+    const auto now = Clock::now();
+    if (now >= deadline)
+      TANDEM_THROW(ErrorCode::Timeout,
+                   "{} did not complete within its deadline (timeout {} ms): a peer never joined "
+                   "it or is stuck; the NCCL communicator is aborted. Raise TANDEM_TIMEOUT if the "
+                   "work legitimately takes longer",
+                   what, setup_.timeout.count());
+    if (setup_.check_peers && now >= next_check) {
+      setup_.check_peers();  // PeerLost naming a rank that died
+      next_check = now + kPeerCheck;
+    }
+    if (i < kSpinPolls)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(kPollSleep);
+  }
+}
+
+std::unique_ptr<comm::DeviceBackend> make_nccl_backend(const comm::DeviceSetup& setup) {
+  return std::make_unique<NcclBackend>(setup);
+}
+
+}  // namespace tandem::gpu
