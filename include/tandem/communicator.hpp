@@ -197,7 +197,8 @@ class Communicator {
   std::string_view algorithm_for(CollectiveKind kind, std::size_t bytes) const;
   /// Name of the algorithm that ran this communicator's most recent collective or blocking
   /// operation that succeeded: the ring where a direct algorithm found the buffers not
-  /// registered on every rank; "" before any, "local" on a one-rank communicator.
+  /// registered on every rank; the device backend ("nccl") for a call on device memory; ""
+  /// before any, "local" on a one-rank communicator.
   std::string_view last_algorithm() const noexcept;
   /// The communicator's default timeout.
   std::chrono::milliseconds timeout() const noexcept;

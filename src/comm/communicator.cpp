@@ -232,6 +232,10 @@ std::string_view Communicator::algorithm_for(CollectiveKind kind, std::size_t by
 }
 
 std::string_view Communicator::last_algorithm() const noexcept {
+  if (impl_->diag.last_on_device.load(std::memory_order_acquire)) {
+    const comm::DeviceBackend* device = impl_->device_live.load(std::memory_order_acquire);
+    return device != nullptr ? device->name() : std::string_view("device");
+  }
   if (impl_->id.size == 1) return "local";
   const algorithms::Algorithm* a = impl_->diag.last_algorithm.load(std::memory_order_acquire);
   return a != nullptr ? a->name() : std::string_view();

@@ -200,6 +200,8 @@ struct Diagnostics {
   /// The algorithm that ran the last operation that succeeded (null: none yet, or a
   /// one-rank communicator's local copy); read by Communicator::last_algorithm().
   std::atomic<const algorithms::Algorithm*> last_algorithm{nullptr};
+  /// The last operation that succeeded ran on the device backend (last_algorithm() names it).
+  std::atomic<bool> last_on_device{false};
   /// TANDEM_TRACE: this communicator's timeline track (null when off). Written by the thread
   /// that owns the mesh, like the recorder.
   std::unique_ptr<core::trace::Ring> trace;

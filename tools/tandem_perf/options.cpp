@@ -120,6 +120,10 @@ ParseResult parse_command_line(int argc, char** argv, bool print) {
   app.add_flag("--registered", o.registered,
                "Use registered buffers (Communicator::allocate): one-copy collectives where the "
                "ranks share a host");
+  app.add_option("--device", o.device,
+                 "Where the buffers live: cpu, or cuda (GPU = the rank's local rank) or cuda:N, "
+                 "through the NCCL backend")
+      ->capture_default_str();
   app.add_option("--json", o.json_path, "Also write every row to this JSON file (rank 0)")
       ->type_name("FILE");
   double margin_percent = o.tune_margin * 100;
@@ -162,6 +166,13 @@ ParseResult parse_command_line(int argc, char** argv, bool print) {
     if (o.warmup < 0 || o.warmup > 1000000)
       throw BadValue(fmt::format("-w {}: use 0 to 1000000 iterations", o.warmup));
     if (o.root < 0) throw BadValue(fmt::format("-r {}: a root is a rank (0 or more)", o.root));
+    if (o.device != "cpu" && o.device != "cuda" && !o.device.starts_with("cuda:"))
+      throw BadValue(fmt::format("--device {}: use cpu, cuda or cuda:N", o.device));
+    if (o.device != "cpu" && o.registered)
+      throw BadValue(
+          "--registered: registered buffers are host memory; leave it out with --device");
+    if (o.device != "cpu" && o.tune)
+      throw BadValue("--tune times tandem's host algorithms; leave out --device");
   } catch (const CLI::CallForHelp&) {
     if (print) std::fputs(app.help().c_str(), stdout);
     return result;

@@ -37,6 +37,8 @@ struct PerfOptions {
   std::string algorithm;  ///< empty: the selector's choice
   bool check = true;
   bool registered = false;  ///< buffers from Communicator::allocate (one-copy collectives)
+  /// --device: "cpu", or "cuda" (the rank's local rank picks the GPU) / "cuda:N".
+  std::string device = "cpu";
   std::string json_path;
   bool in_place = true;  ///< also measure in place (where the collective has it)
   /// --tune: time every applicable algorithm per power-of-two size, write a tuning file.

@@ -116,6 +116,10 @@ void Report::header() const {
                          "that ran (out-of-place|in-place where they differ)"
                        : fmt::format("{} (forced with -a)", options_.algorithm));
   if (options_.registered) s += "#  Buffers: registered (Communicator::allocate)\n";
+  if (options_.device != "cpu")
+    s += fmt::format(
+        "#  Buffers: on {} (rank 0's; the last column names the device backend, nccl)\n",
+        options_.device == "cuda" ? "cuda:<local rank>" : options_.device);
   s += "#\n";
   s += fmt::format("# {:>10}  {:>12}  {:>6}  {:>6}  {:>4}  {:^43}  {:^43}\n", "", "", "", "", "",
                    "out-of-place", "in-place");

@@ -60,6 +60,20 @@ Runner::Runner(Communicator& comm, const PerfOptions& options)
     : comm_(comm), options_(options), rank_(comm.rank()), world_(comm.size()) {
   set_algorithm(options_.algorithm);
   capacity_ = (std::max<std::size_t>(options_.max_bytes, 64) + kAlign - 1) / kAlign * kAlign;
+  if (options_.device != "cpu") {
+    device_ = open_device(options_.device, comm.local_rank());
+    a_ = static_cast<std::byte*>(device_->allocate(capacity_));
+    b_ = static_cast<std::byte*>(device_->allocate(capacity_));
+    zero(a_, capacity_);
+    zero(b_, capacity_);
+    for (auto* p : {&a_host_, &b_host_}) {
+      p->reset(static_cast<std::byte*>(std::aligned_alloc(kAlign, capacity_)));
+      if (!*p)
+        TANDEM_THROW(ErrorCode::InvalidArgument,
+                     "tandem-perf: cannot allocate host mirrors of {} bytes", capacity_);
+    }
+    return;
+  }
   if (options_.registered) {
     // Zero-filled and mapped by the peers already: no page faults in the timed loop.
     a_reg_ = comm.allocate(capacity_);
@@ -121,15 +135,16 @@ Runner::Shape Runner::shape(std::size_t size, DataType t) const {
 }
 
 Runner::Views Runner::views(const Shape& s, DataType t, bool in_place) const {
-  const BufferView a = BufferView::raw(a_, s.in, t);
-  const BufferView b = BufferView::raw(b_, s.out, t);
+  const Device where = device_ ? device_->device() : Device::cpu();
+  const BufferView a{a_, s.in, t, where};
+  const BufferView b{b_, s.out, t, where};
   if (!in_place) return {a, b};
   const auto r = static_cast<std::size_t>(rank_);
   switch (options_.bench) {
     case Bench::allgather:
       return {b.slice(r * s.per, s.per), b};
     case Bench::reduce_scatter: {
-      const BufferView in = BufferView::raw(b_, s.in, t);
+      const BufferView in{b_, s.in, t, where};
       return {in, in.slice(r * s.per, s.per)};
     }
     default:
@@ -172,12 +187,39 @@ void Runner::run_once(const Views& v, ReduceOp op) {
   }
 }
 
+void Runner::zero(std::byte* p, std::size_t bytes) {
+  if (device_)
+    device_->zero(p, bytes);
+  else
+    std::memset(p, 0, bytes);
+}
+
+BufferView Runner::host_view(const BufferView& v) const {
+  if (!device_) return v;
+  const auto* p = static_cast<const std::byte*>(v.data);
+  std::byte* mirror =
+      p >= b_ && p < b_ + capacity_ ? b_host_.get() + (p - b_) : a_host_.get() + (p - a_);
+  return {mirror, v.count, v.dtype, Device::cpu()};
+}
+
+void Runner::run_checked(const Views& v, ReduceOp op) {
+  if (device_) {
+    device_->upload(a_, a_host_.get(), capacity_);
+    device_->upload(b_, b_host_.get(), capacity_);
+  }
+  run_once(v, op);
+  if (device_) {
+    device_->download(a_host_.get(), a_, capacity_);
+    device_->download(b_host_.get(), b_, capacity_);
+  }
+}
+
 Measurement Runner::measure(const Shape& s, DataType t, ReduceOp op, bool in_place,
                             std::size_t row_bytes) {
   Measurement m;
   const Views v = views(s, t, in_place);
-  std::memset(a_, 0, v.in.data == a_ ? v.in.bytes() : 0);
-  std::memset(b_, 0, std::max(s.in, s.out) * dtype_size(t));
+  zero(a_, v.in.data == a_ ? v.in.bytes() : 0);
+  zero(b_, std::max(s.in, s.out) * dtype_size(t));
   for (int i = 0; i < options_.warmup; ++i) run_once(v, op);
   comm_.barrier();
 
@@ -230,6 +272,7 @@ Measurement Runner::measure(const Shape& s, DataType t, ReduceOp op, bool in_pla
 
 std::size_t Runner::check(const Shape& s, DataType t, ReduceOp op, bool in_place) {
   const Views v = views(s, t, in_place);
+  const Views h{host_view(v.in), host_view(v.out)};  // where the checks read and write
   const int rank = rank_, world = world_;
   const auto w = static_cast<std::size_t>(world_);
   const std::size_t per = std::max<std::size_t>(s.per, 1);
@@ -239,52 +282,52 @@ std::size_t Runner::check(const Shape& s, DataType t, ReduceOp op, bool in_place
   const bool approx = op == ReduceOp::avg && is_floating(t);
   switch (options_.bench) {
     case Bench::allreduce:
-      if (!in_place) fill(v.out, 0, sentinel);
-      fill(v.in, 0, input);
-      run_once(v, op);
-      return count_wrong(v.out, 0, expected, approx);
+      if (!in_place) fill(h.out, 0, sentinel);
+      fill(h.in, 0, input);
+      run_checked(v, op);
+      return count_wrong(h.out, 0, expected, approx);
     case Bench::broadcast: {
       const auto root = static_cast<std::size_t>(options_.root);
       const auto payload = [root](std::size_t i) { return data_value(root, i); };
-      fill(v.out, 0, sentinel);
-      if (rank == options_.root) fill(v.in, 0, payload);
-      run_once(v, op);
-      return count_wrong(v.out, 0, payload, false);
+      fill(h.out, 0, sentinel);
+      if (rank == options_.root) fill(h.in, 0, payload);
+      run_checked(v, op);
+      return count_wrong(h.out, 0, payload, false);
     }
     case Bench::reduce:
-      if (!in_place) fill(v.out, 0, sentinel);
-      fill(v.in, 0, input);
-      run_once(v, op);
-      return rank == options_.root ? count_wrong(v.out, 0, expected, approx) : 0;
+      if (!in_place) fill(h.out, 0, sentinel);
+      fill(h.in, 0, input);
+      run_checked(v, op);
+      return rank == options_.root ? count_wrong(h.out, 0, expected, approx) : 0;
     case Bench::allgather:
-      fill(v.out, 0, sentinel);
-      fill(v.in, 0, [rank](std::size_t i) { return data_value(rank, i); });
-      run_once(v, op);
+      fill(h.out, 0, sentinel);
+      fill(h.in, 0, [rank](std::size_t i) { return data_value(rank, i); });
+      run_checked(v, op);
       return count_wrong(
           v.out, 0, [per](std::size_t g) { return data_value(g / per, g % per); }, false);
     case Bench::reduce_scatter:
-      if (!in_place) fill(v.out, 0, sentinel);
-      fill(v.in, 0, input);
-      run_once(v, op);
-      return count_wrong(v.out, static_cast<std::size_t>(rank) * s.per, expected, approx);
+      if (!in_place) fill(h.out, 0, sentinel);
+      fill(h.in, 0, input);
+      run_checked(v, op);
+      return count_wrong(h.out, static_cast<std::size_t>(rank) * s.per, expected, approx);
     case Bench::alltoall: {
       const auto me = static_cast<std::size_t>(rank);
-      fill(v.out, 0, sentinel);
-      fill(v.in, 0, [&](std::size_t g) { return data_value(me * w + g / per, g % per); });
-      run_once(v, op);
+      fill(h.out, 0, sentinel);
+      fill(h.in, 0, [&](std::size_t g) { return data_value(me * w + g / per, g % per); });
+      run_checked(v, op);
       return count_wrong(
           v.out, 0, [&](std::size_t g) { return data_value((g / per) * w + me, g % per); }, false);
     }
     case Bench::sendrecv: {
       const auto prev = static_cast<std::size_t>((rank + world - 1) % world);
-      fill(v.out, 0, sentinel);
-      fill(v.in, 0, [rank](std::size_t i) { return data_value(rank, i); });
-      run_once(v, op);
+      fill(h.out, 0, sentinel);
+      fill(h.in, 0, [rank](std::size_t i) { return data_value(rank, i); });
+      run_checked(v, op);
       return count_wrong(
           v.out, 0, [prev](std::size_t i) { return data_value(prev, i); }, false);
     }
     case Bench::barrier:
-      run_once(v, op);
+      run_checked(v, op);
       return 0;
   }
   return 0;

@@ -2,6 +2,7 @@
 // Runs one collective at one size: warmup, timed back-to-back iterations (out-of-place, then
 // in-place), per-iteration times gathered once at the end, and one checked iteration.
 
+#include "device/memory.hpp"
 #include "options.hpp"
 
 #include <tandem/communicator.hpp>
@@ -76,6 +77,12 @@ class Runner {
   Shape shape(std::size_t size, DataType t) const;
   Views views(const Shape& s, DataType t, bool in_place) const;
   void run_once(const Views& v, ReduceOp op);
+  /// run_once for the checked iteration: on a device, the host mirrors go up before and
+  /// come back after.
+  void run_checked(const Views& v, ReduceOp op);
+  /// The host memory that mirrors `v` (v itself for host buffers).
+  BufferView host_view(const BufferView& v) const;
+  void zero(std::byte* p, std::size_t bytes);
   Measurement measure(const Shape& s, DataType t, ReduceOp op, bool in_place,
                       std::size_t row_bytes);
   std::size_t check(const Shape& s, DataType t, ReduceOp op, bool in_place);
@@ -90,6 +97,9 @@ class Runner {
   SharedBuffer a_reg_, b_reg_;  ///< --registered
   std::byte* a_ = nullptr;
   std::byte* b_ = nullptr;
+  /// --device: the device memory behind a_ and b_, and their host mirrors for the checks.
+  std::unique_ptr<DeviceMemory> device_;
+  std::unique_ptr<std::byte[], FreeDeleter> a_host_, b_host_;
 };
 
 }  // namespace tandem::tools::perf

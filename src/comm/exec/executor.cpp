@@ -221,6 +221,7 @@ void Communicator::Impl::execute(const Op& op, Clock::time_point now) {
       ran = ctx.ran != nullptr ? ctx.ran : op.algorithm;
     }
     diag.last_algorithm.store(ran, std::memory_order_release);
+    diag.last_on_device.store(!op.device.is_cpu(), std::memory_order_release);
     diag.recorder.finish(ticket, true, ran != nullptr ? ran->name() : algo);
     if (diag.trace) [[unlikely]]
       comm::trace_end(*diag.trace, op, ran, Clock::now());

@@ -1,0 +1,55 @@
+#include "gpu/cuda.hpp"
+
+#include "device/memory.hpp"
+
+#include <tandem/error.hpp>
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <string>
+#include <vector>
+
+namespace tandem::tools::perf {
+namespace {
+
+class CudaMemory final : public DeviceMemory {
+ public:
+  explicit CudaMemory(Device d) : device_(d) { gpu::use_device(d); }
+  Device device() const noexcept override { return device_; }
+  void* allocate(std::size_t bytes) override {
+    blocks_.emplace_back(bytes);
+    return blocks_.back().get();
+  }
+  void zero(void* p, std::size_t bytes) override {
+    gpu::check_cuda(cudaMemset(p, 0, bytes), "cudaMemset");
+  }
+  void upload(void* dst, const void* src, std::size_t bytes) override {
+    gpu::check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the GPU");
+  }
+  void download(void* dst, const void* src, std::size_t bytes) override {
+    gpu::check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy from the GPU");
+  }
+  std::string describe() const override {
+    return fmt::format("{}: {}", device_.str(), gpu::describe_device(device_.index));
+  }
+
+ private:
+  Device device_;
+  std::vector<gpu::DeviceMemory> blocks_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceMemory> open_device(std::string_view spec, int local_rank) {
+  int index = local_rank;
+  if (spec.starts_with("cuda:")) {
+    const std::string_view n = spec.substr(5);
+    const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), index);
+    TANDEM_CHECK_ARG(ec == std::errc() && end == n.data() + n.size() && index >= 0,
+                     "--device {}: write cuda:N with N a device number", spec);
+  }
+  return std::make_unique<CudaMemory>(Device::cuda(index));
+}
+
+}  // namespace tandem::tools::perf

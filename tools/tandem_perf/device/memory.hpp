@@ -1,0 +1,31 @@
+#pragma once
+// Where tandem-perf's buffers live. Host memory needs nothing of this; a CUDA device
+// (--device cuda) gets its memory, copies and zeroing here, from cuda.cpp when tandem was
+// built with its CUDA backend and from none.cpp (which says so) otherwise.
+
+#include <tandem/types.hpp>
+
+#include <cstddef>
+#include <memory>
+#include <string_view>
+
+namespace tandem::tools::perf {
+
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  virtual Device device() const noexcept = 0;
+  /// `bytes` of device memory, freed with this object.
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void zero(void* p, std::size_t bytes) = 0;
+  virtual void upload(void* device_dst, const void* host_src, std::size_t bytes) = 0;
+  virtual void download(void* host_dst, const void* device_src, std::size_t bytes) = 0;
+  /// "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)", for the header.
+  virtual std::string describe() const = 0;
+};
+
+/// The memory of `spec` ("cuda" or "cuda:N"; "cuda" is cuda:`local_rank`). Throws
+/// InvalidArgument naming what is missing (no CUDA backend in this build, no such device).
+std::unique_ptr<DeviceMemory> open_device(std::string_view spec, int local_rank);
+
+}  // namespace tandem::tools::perf
