@@ -67,11 +67,20 @@ void check_tensor(const at::Tensor& t, std::string_view collective) {
                    "{}: tensor layout {} is not supported; backend 'tandem' takes dense tensors "
                    "(convert sparse tensors with .to_dense())",
                    collective, c10::str(t.layout()));
-  TANDEM_CHECK_ARG(t.device().is_cpu(),
-                   "{}: a tensor on {} reached backend 'tandem', which takes CPU tensors in this "
-                   "build; move it with .cpu(), or use backend 'nccl' for CUDA tensors",
+  TANDEM_CHECK_ARG(t.device().is_cpu() || (t.device().is_cuda() && t.device().index() >= 0),
+                   "{}: a tensor on {} reached backend 'tandem', which takes CPU and CUDA "
+                   "tensors; move it with .cpu() or .cuda()",
                    collective, t.device().str());
 }
+
+namespace {
+
+// Where tandem sees `t`: CUDA tensors run through the communicator's CUDA backend (NCCL).
+Device tandem_device(const at::Tensor& t) noexcept {
+  return t.device().is_cuda() ? Device::cuda(t.device().index()) : Device::cpu();
+}
+
+}  // namespace
 
 BufferView view_of(const at::Tensor& t, bool reducing, std::string_view collective) {
   check_tensor(t, collective);
@@ -79,15 +88,16 @@ BufferView view_of(const at::Tensor& t, bool reducing, std::string_view collecti
   const auto st = t.scalar_type();
   if (st == at::kComplexFloat || st == at::kComplexDouble) {
     return {t.data_ptr(), static_cast<std::size_t>(t.numel()) * 2,
-            st == at::kComplexFloat ? DataType::f32 : DataType::f64, Device::cpu()};
+            st == at::kComplexFloat ? DataType::f32 : DataType::f64, tandem_device(t)};
   }
-  if (auto d = tandem_dtype(st)) return {t.data_ptr(), static_cast<std::size_t>(t.numel()), *d};
+  if (auto d = tandem_dtype(st))
+    return {t.data_ptr(), static_cast<std::size_t>(t.numel()), *d, tandem_device(t)};
   TANDEM_CHECK_ARG(!reducing,
                    "{}: backend 'tandem' cannot reduce tensors of dtype {}; it reduces float32, "
                    "float64, float16, bfloat16, int8, uint8, int32, int64, bool and complex (SUM, "
                    "AVG): convert the tensor, e.g. .to(torch.int32)",
                    collective, c10::toString(st));
-  return {t.data_ptr(), static_cast<std::size_t>(t.nbytes()), DataType::u8, Device::cpu()};
+  return {t.data_ptr(), static_cast<std::size_t>(t.nbytes()), DataType::u8, tandem_device(t)};
 }
 
 ReduceOp reduce_op_of(const c10d::ReduceOp& op, at::ScalarType t, std::string_view collective) {
@@ -159,6 +169,8 @@ StagingPool::~StagingPool() {
 }
 
 at::Tensor StagingPool::take(std::int64_t numel, const at::TensorOptions& options) {
+  // Device staging comes from torch's own (caching) allocator.
+  if (options.device().is_cuda()) return at::empty({numel}, options);
   const std::size_t want =
       std::max<std::size_t>(64, static_cast<std::size_t>(numel) * options.dtype().itemsize());
   void* block = nullptr;

@@ -16,8 +16,8 @@
 
 namespace tandem::python {
 
-/// Throws Error(InvalidArgument) unless `t` is a dense CPU tensor (CUDA tensors are refused
-/// with the reason until the GPU path exists).
+/// Throws Error(InvalidArgument) unless `t` is a dense CPU or CUDA tensor (CUDA tensors run
+/// through the communicator's CUDA backend, NCCL, when tandem was built with it).
 void check_tensor(const at::Tensor& t, std::string_view collective);
 
 /// tandem's view of a contiguous tensor's elements. For reductions (`reducing`): bool is u8
@@ -56,7 +56,8 @@ class StagingPool : public std::enable_shared_from_this<StagingPool> {
   StagingPool(const StagingPool&) = delete;
   StagingPool& operator=(const StagingPool&) = delete;
   ~StagingPool();
-  /// A contiguous 1-D tensor of `numel` elements of `options`' dtype (CPU).
+  /// A contiguous 1-D tensor of `numel` elements of `options`' dtype, on the host from this
+  /// pool, on a CUDA device from torch's allocator.
   at::Tensor take(std::int64_t numel, const at::TensorOptions& options);
 
  private:
