@@ -1,5 +1,5 @@
 // Collectives on CUDA memory through the NCCL backend, against an independent reference
-// (plain loops in double over the same pattern, tests/mp's Buffer): every collective, dtype,
+// (tests/mp's inputs and expected values, plain loops in double): every collective, dtype,
 // operation and awkward size on one rank; across ranks (one per GPU) where the machine has
 // two GPUs or more; a rank killed mid-allreduce. Skipped, with the reason, without a GPU.
 
@@ -70,6 +70,12 @@ struct DeviceBuffer {
     fill_pattern(memory.get(), count, dtype, rank, seed, nullptr);
     check_cuda(cudaDeviceSynchronize(), "fill");
   }
+  /// `host` (of this dtype and count) copied to the device.
+  void upload(const Buffer& host) const {
+    if (count > 0)
+      check_cuda(cudaMemcpy(memory.get(), host.data(), host.bytes(), cudaMemcpyHostToDevice),
+                 "copy");
+  }
   Buffer download() const {
     Buffer b(dtype, count);
     if (count > 0)
@@ -83,34 +89,6 @@ struct DeviceBuffer {
 
 double pattern(std::size_t i, int rank) {
   return pattern_value(i, rank, 0);
-}
-
-// The exact result of `op` over ranks 0..n-1 at element i, as `dtype` stores it (integer
-// results wrap; an integer average truncates).
-double reduced(ReduceOp op, DataType dtype, std::size_t i, int n) {
-  double v = pattern(i, 0);
-  for (int r = 1; r < n; ++r) {
-    const double x = pattern(i, r);
-    switch (op) {
-      case ReduceOp::sum:
-      case ReduceOp::avg:
-        v += x;
-        break;
-      case ReduceOp::prod:
-        v *= x;
-        break;
-      case ReduceOp::min:
-        v = std::min(v, x);
-        break;
-      case ReduceOp::max:
-        v = std::max(v, x);
-        break;
-    }
-  }
-  if (op == ReduceOp::avg) v = is_floating(dtype) ? v / n : std::trunc(v / n);
-  if (dtype == DataType::i8) return static_cast<std::int8_t>(static_cast<std::int64_t>(v));
-  if (dtype == DataType::u8) return static_cast<std::uint8_t>(static_cast<std::int64_t>(v));
-  return v;
 }
 
 void expect_near(DataType dtype, double got, double want, std::string_view what) {
@@ -169,6 +147,13 @@ TEST(GpuOneRank, EveryCollectiveDtypeOperationAndAwkwardSize) {
   }
 }
 
+// Inputs of a reduction with `op` on `rank`, as tests/mp makes them.
+Buffer reduce_inputs(ReduceOp op, DataType t, int rank, std::size_t count) {
+  Buffer b(t, count);
+  for (std::size_t i = 0; i < count; ++i) b.set(i, mptest::reduce_input(op, t, rank, i, 1));
+  return b;
+}
+
 TEST(GpuRanks, AllreduceAndReduceMatchTheReference) {
   REQUIRE_GPUS(2);
   std::string why;
@@ -181,18 +166,20 @@ TEST(GpuRanks, AllreduceAndReduceMatchTheReference) {
         for (DataType t : kAllDataTypes)
           for (std::size_t count : {std::size_t{1}, std::size_t{1023}, std::size_t{65537}})
             for (ReduceOp op : kAllReduceOps) {
+              const Buffer input = reduce_inputs(op, t, ctx.rank, count);
               DeviceBuffer buf(t, count);
-              buf.fill(ctx.rank, 0);
+              buf.upload(input);
               comm->allreduce(buf.view(ctx.rank), op);
               const Buffer got = buf.download();
               for (std::size_t i = 0; i < count; i += 97)
-                expect_near(t, got.get(i), reduced(op, t, i, ctx.size), "allreduce");
+                expect_near(t, got.get(i), mptest::reduce_expected(op, t, ctx.size, i, 1),
+                            "allreduce");
               DeviceBuffer in(t, count), out(t, count);
-              in.fill(ctx.rank, 0);
+              in.upload(input);
               comm->reduce(in.view(ctx.rank), out.view(ctx.rank), op, ctx.size - 1);
               if (ctx.rank == ctx.size - 1)
-                expect_near(t, out.download().get(count - 1), reduced(op, t, count - 1, ctx.size),
-                            "reduce");
+                expect_near(t, out.download().get(count - 1),
+                            mptest::reduce_expected(op, t, ctx.size, count - 1, 1), "reduce");
             }
       },
       mptest::run_options("shm")));
@@ -222,10 +209,11 @@ TEST(GpuRanks, DataMovementAndSendRecvMatchTheReference) {
           comm->broadcast(b.view(r), 1);
           EXPECT_EQ(b.download().get(block - 1), pattern(block - 1, 1)) << "broadcast";
           DeviceBuffer big(t, block * w), part(t, block);
-          big.fill(r, 0);
+          big.upload(reduce_inputs(ReduceOp::max, t, r, block * w));
           comm->reduce_scatter(big.view(r), part.view(r), ReduceOp::max);
           EXPECT_EQ(part.download().get(3),
-                    reduced(ReduceOp::max, t, static_cast<std::size_t>(r) * block + 3, ctx.size))
+                    mptest::reduce_expected(ReduceOp::max, t, ctx.size,
+                                            static_cast<std::size_t>(r) * block + 3, 1))
               << "reduce_scatter";
           DeviceBuffer sent(t, block * w), received(t, block * w);
           sent.fill(r, 0);
