@@ -8,10 +8,14 @@ namespace tandem::gpu {
 
 void divide_on_device(void* data, std::size_t count, DataType dtype, int divisor,
                       cudaStream_t stream) {
-  TANDEM_CHECK(!is_floating(dtype), "divide_on_device: {} is not an integer type",
-               to_string(dtype));
   check_cuda(detail::launch_divide(data, count, dtype, divisor, stream),
-             "launching the integer average kernel");
+             "launching the average's division kernel");
+}
+
+void reduce_on_device(void* dst, const void* a, const void* b, std::size_t count, DataType dtype,
+                      ReduceOp op, cudaStream_t stream) {
+  check_cuda(detail::launch_reduce(dst, a, b, count, dtype, op, stream),
+             "launching the reduction kernel");
 }
 
 void fill_pattern(void* data, std::size_t count, DataType dtype, int rank, std::uint32_t seed,

@@ -1,3 +1,4 @@
+#include "gpu/grid.cuh"
 #include "gpu/kernels.hpp"
 
 #include <cuda_bf16.h>
@@ -6,20 +7,8 @@
 namespace tandem::gpu {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr unsigned kMaxBlocks = 4096;  // grid-stride loops cover the rest
-
-unsigned blocks_for(std::size_t count) {
-  const std::size_t b = (count + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(b < kMaxBlocks ? b : kMaxBlocks);
-}
-
-template <class T>
-__global__ void divide_kernel(T* data, std::size_t count, int divisor) {
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
-    data[i] = static_cast<T>(data[i] / static_cast<T>(divisor));
-}
+using grid::blocks_for;
+using grid::kThreads;
 
 template <class T>
 __device__ T from_int(int v) {
@@ -42,12 +31,6 @@ __global__ void fill_kernel(T* data, std::size_t count, int rank, std::uint32_t 
 }
 
 template <class T>
-void divide(void* data, std::size_t count, int divisor, cudaStream_t stream) {
-  divide_kernel<T>
-      <<<blocks_for(count), kThreads, 0, stream>>>(static_cast<T*>(data), count, divisor);
-}
-
-template <class T>
 void fill(void* data, std::size_t count, int rank, std::uint32_t seed, cudaStream_t stream) {
   fill_kernel<T>
       <<<blocks_for(count), kThreads, 0, stream>>>(static_cast<T*>(data), count, rank, seed);
@@ -56,28 +39,6 @@ void fill(void* data, std::size_t count, int rank, std::uint32_t seed, cudaStrea
 }  // namespace
 
 namespace detail {
-
-cudaError_t launch_divide(void* data, std::size_t count, DataType dtype, int divisor,
-                          cudaStream_t stream) noexcept {
-  if (count == 0) return cudaSuccess;
-  switch (dtype) {
-    case DataType::i8:
-      divide<std::int8_t>(data, count, divisor, stream);
-      break;
-    case DataType::u8:
-      divide<std::uint8_t>(data, count, divisor, stream);
-      break;
-    case DataType::i32:
-      divide<std::int32_t>(data, count, divisor, stream);
-      break;
-    case DataType::i64:
-      divide<long long>(data, count, divisor, stream);
-      break;
-    default:
-      return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
-}
 
 cudaError_t launch_fill(void* data, std::size_t count, DataType dtype, int rank, std::uint32_t seed,
                         cudaStream_t stream) noexcept {

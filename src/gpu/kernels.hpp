@@ -1,7 +1,7 @@
 #pragma once
-// Device kernels of the CUDA backend (kernels.cu, built for sm_90 and as PTX for later
-// GPUs): the last step of an integer average, which NCCL's ncclAvg leaves to floating
-// types, and the deterministic patterns that tandem-perf and the gpu tests write into
+// Device kernels of the CUDA backend (built for sm_90 and as PTX for later GPUs): reductions
+// and the division that ends an average (reduce.cu; NCCL's ncclAvg leaves integers to it),
+// and the deterministic patterns that tandem-perf and the gpu tests write into
 // device buffers without a host round trip.
 
 #include <tandem/types.hpp>
@@ -12,20 +12,29 @@
 
 namespace tandem::gpu {
 
-/// data[i] /= divisor for `count` elements of an integer `dtype` (truncating toward zero, as
-/// tandem's host kernels do), on `stream`.
+/// data[i] /= divisor for `count` elements of `dtype`, on `stream`, as tandem's host kernels
+/// do: integers truncate toward zero, f16/bf16 divide in f32 and round once (reduce.cu).
 void divide_on_device(void* data, std::size_t count, DataType dtype, int divisor,
                       cudaStream_t stream);
+
+/// dst[i] = a[i] op b[i] for `count` elements on `stream`, with core::reduce's semantics
+/// (integers wrap, floating min/max propagate NaN, f16/bf16 through f32; avg reduces as sum).
+/// dst may alias a or b exactly. 16-byte vector loads and stores where all three pointers are
+/// 16-byte aligned (reduce.cu).
+void reduce_on_device(void* dst, const void* a, const void* b, std::size_t count, DataType dtype,
+                      ReduceOp op, cudaStream_t stream);
 
 /// data[i] = pattern_value(i, rank, seed) as `dtype`, on `stream`.
 void fill_pattern(void* data, std::size_t count, DataType dtype, int rank, std::uint32_t seed,
                   cudaStream_t stream);
 
 namespace detail {
-// The launches themselves (kernels.cu, which includes nothing that nvcc cannot compile: no
+// The launches themselves (the .cu files, which include nothing that nvcc cannot compile: no
 // fmt, no tandem/error.hpp); cudaErrorInvalidValue for a dtype the kernel does not take.
 cudaError_t launch_divide(void* data, std::size_t count, DataType dtype, int divisor,
                           cudaStream_t stream) noexcept;
+cudaError_t launch_reduce(void* dst, const void* a, const void* b, std::size_t count,
+                          DataType dtype, ReduceOp op, cudaStream_t stream) noexcept;
 cudaError_t launch_fill(void* data, std::size_t count, DataType dtype, int rank, std::uint32_t seed,
                         cudaStream_t stream) noexcept;
 }  // namespace detail
