@@ -42,10 +42,18 @@ excerpts=()  # per stage with failures: its first gtest failures and sanitizer r
 
 now() { date +%s; }
 
-# Adds the counts of a ctest run (its log in $1) to the totals; a run without a summary
-# line (ctest itself failed) counts as one failure.
+# The message a skipped gtest gave (the line after "file:line: Skipped"), from the log ctest
+# keeps of every test's output in build folder $1; empty when it gave none.
+skip_reason() {  # dir, test name
+  awk -v name="$2" '
+    /^[0-9]+\/[0-9]+ Test: / { sub(/^[0-9]+\/[0-9]+ Test: /, ""); here = ($0 == name); next }
+    here && /: Skipped$/ { getline; print; exit }' "$1/Testing/Temporary/LastTest.log" 2>/dev/null
+}
+
+# Adds the counts of a ctest run (its log in $1, its build folder $3) to the totals; a run
+# without a summary line (ctest itself failed) counts as one failure.
 count_ctest() {
-  local log=$1 stage=$2 line
+  local log=$1 stage=$2 dir=$3 line
   line=$(grep -E "tests passed, [0-9]+ tests? failed out of [0-9]+" "$log" | tail -1)
   if [ -z "$line" ]; then
     failed=$((failed + 1))
@@ -56,14 +64,16 @@ count_ctest() {
   local f t
   f=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
   t=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\2/' <<<"$line")
-  # ctest's "out of N" leaves the skipped tests out (it lists them as "did not run"): they
-  # are counted apart here, never as passed.
-  local k=0 name
+  # ctest's "out of N" counts the skipped tests among those that did not fail (it lists them
+  # again under "did not run", with the disabled ones): they are taken out of the passed
+  # ones here and counted apart.
+  local k=0 name why
   while IFS= read -r name; do
-    skips+=("$stage: $name")
+    why=$(skip_reason "$dir" "$name")
+    skips+=("$stage: $name${why:+ ($why)}")
     k=$((k + 1))
   done < <(sed -nE '/The following tests did not run:/,/^$/ s/^[[:space:]]+[0-9]+ - (.+) \(Skipped\)$/\1/p' "$log")
-  passed=$((passed + t - f))
+  passed=$((passed + t - f - k))
   skipped=$((skipped + k))
   failed=$((failed + f))
   # ctest lists them after "The following tests FAILED:" as "<tab>  12 - Suite.Name (Failed)".
@@ -90,7 +100,7 @@ run_ctest() {  # stage, dir, then ctest options
   local log="$dir/ctest-$stage.log" t0
   t0=$(now)
   ctest --test-dir "$dir" --output-on-failure --no-tests=error -j "$JOBS" "$@" 2>&1 | tee "$log"
-  count_ctest "$log" "$stage"
+  count_ctest "$log" "$stage" "$dir"
   run_s=$(($(now) - t0))
 }
 
