@@ -8,7 +8,7 @@ namespace tandem::gpu {
 namespace {
 
 [[maybe_unused]] const bool registered = [] {
-  comm::register_device_backend(Device::Kind::cuda, "nccl", &make_nccl_backend);
+  comm::register_device_backend(Device::Kind::cuda, &make_nccl_backend);
   return true;
 }();
 

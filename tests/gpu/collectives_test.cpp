@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -154,87 +155,87 @@ Buffer reduce_inputs(ReduceOp op, DataType t, int rank, std::size_t count) {
   return b;
 }
 
-TEST(GpuRanks, AllreduceAndReduceMatchTheReference) {
-  REQUIRE_GPUS(2);
+// Runs `body` in one forked rank per GPU (at most 4), each on its own device with its own
+// communicator, and expects every rank to succeed.
+void on_every_gpu(const std::function<void(const testing::RankContext&, Communicator&)>& body) {
   std::string why;
   const int n = std::min(devices_seen_by_a_child(&why), 4);
   testing::expect_all_ok(testing::run_ranks(
       n,
-      [](const testing::RankContext& ctx) {
+      [&](const testing::RankContext& ctx) {
         check_cuda(cudaSetDevice(ctx.rank), "cudaSetDevice");
         auto comm = mptest::connect(ctx);
-        for (DataType t : kAllDataTypes)
-          for (std::size_t count : {std::size_t{1}, std::size_t{1023}, std::size_t{65537}})
-            for (ReduceOp op : kAllReduceOps) {
-              const Buffer input = reduce_inputs(op, t, ctx.rank, count);
-              DeviceBuffer buf(t, count);
-              buf.upload(input);
-              comm->allreduce(buf.view(ctx.rank), op);
-              const Buffer got = buf.download();
-              for (std::size_t i = 0; i < count; i += 97)
-                expect_near(t, got.get(i), mptest::reduce_expected(op, t, ctx.size, i, 1),
-                            "allreduce");
-              DeviceBuffer in(t, count), out(t, count);
-              in.upload(input);
-              comm->reduce(in.view(ctx.rank), out.view(ctx.rank), op, ctx.size - 1);
-              if (ctx.rank == ctx.size - 1)
-                expect_near(t, out.download().get(count - 1),
-                            mptest::reduce_expected(op, t, ctx.size, count - 1, 1), "reduce");
-            }
+        body(ctx, *comm);
       },
       mptest::run_options("shm")));
 }
 
+TEST(GpuRanks, AllreduceAndReduceMatchTheReference) {
+  REQUIRE_GPUS(2);
+  on_every_gpu([](const testing::RankContext& ctx, Communicator& comm) {
+    for (DataType t : kAllDataTypes)
+      for (std::size_t count : {std::size_t{1}, std::size_t{1023}, std::size_t{65537}})
+        for (ReduceOp op : kAllReduceOps) {
+          const Buffer input = reduce_inputs(op, t, ctx.rank, count);
+          DeviceBuffer buf(t, count);
+          buf.upload(input);
+          comm.allreduce(buf.view(ctx.rank), op);
+          const Buffer got = buf.download();
+          for (std::size_t i = 0; i < count; i += 97)
+            expect_near(t, got.get(i), mptest::reduce_expected(op, t, ctx.size, i, 1), "allreduce");
+          DeviceBuffer in(t, count), out(t, count);
+          in.upload(input);
+          comm.reduce(in.view(ctx.rank), out.view(ctx.rank), op, ctx.size - 1);
+          if (ctx.rank == ctx.size - 1)
+            expect_near(t, out.download().get(count - 1),
+                        mptest::reduce_expected(op, t, ctx.size, count - 1, 1), "reduce");
+        }
+  });
+}
+
 TEST(GpuRanks, DataMovementAndSendRecvMatchTheReference) {
   REQUIRE_GPUS(2);
-  std::string why;
-  const int n = std::min(devices_seen_by_a_child(&why), 4);
-  testing::expect_all_ok(testing::run_ranks(
-      n,
-      [](const testing::RankContext& ctx) {
-        check_cuda(cudaSetDevice(ctx.rank), "cudaSetDevice");
-        auto comm = mptest::connect(ctx);
-        const int r = ctx.rank;
-        const auto w = static_cast<std::size_t>(ctx.size);
-        for (DataType t : {DataType::f32, DataType::bf16, DataType::i64, DataType::u8}) {
-          const std::size_t block = 1031;
-          DeviceBuffer mine(t, block), all(t, block * w);
-          mine.fill(r, 0);
-          comm->allgather(mine.view(r), all.view(r));
-          Buffer got = all.download();
-          for (std::size_t p = 0; p < w; ++p)
-            EXPECT_EQ(got.get(p * block + 5), pattern(5, static_cast<int>(p))) << "allgather";
-          DeviceBuffer b(t, block);
-          b.fill(r, 0);
-          comm->broadcast(b.view(r), 1);
-          EXPECT_EQ(b.download().get(block - 1), pattern(block - 1, 1)) << "broadcast";
-          DeviceBuffer big(t, block * w), part(t, block);
-          big.upload(reduce_inputs(ReduceOp::max, t, r, block * w));
-          comm->reduce_scatter(big.view(r), part.view(r), ReduceOp::max);
-          EXPECT_EQ(part.download().get(3),
-                    mptest::reduce_expected(ReduceOp::max, t, ctx.size,
-                                            static_cast<std::size_t>(r) * block + 3, 1))
-              << "reduce_scatter";
-          DeviceBuffer sent(t, block * w), received(t, block * w);
-          sent.fill(r, 0);
-          comm->alltoall(sent.view(r), received.view(r));
-          got = received.download();
-          for (std::size_t p = 0; p < w; ++p)
-            EXPECT_EQ(got.get(p * block),
-                      pattern(static_cast<std::size_t>(r) * block, static_cast<int>(p)))
-                << "alltoall";
-          DeviceBuffer msg(t, block);
-          if (r == 0) {
-            msg.fill(0, 0);
-            comm->send(msg.view(r), 1, 7);
-          } else if (r == 1) {
-            comm->recv(msg.view(r), 0, 7);
-            EXPECT_EQ(msg.download().get(block - 2), pattern(block - 2, 0)) << "recv";
-          }
-          comm->barrier();
-        }
-      },
-      mptest::run_options("shm")));
+  on_every_gpu([](const testing::RankContext& ctx, Communicator& comm) {
+    const int r = ctx.rank;
+    const auto w = static_cast<std::size_t>(ctx.size);
+    for (DataType t : {DataType::f32, DataType::bf16, DataType::i64, DataType::u8}) {
+      const std::size_t block = 1031;
+      DeviceBuffer mine(t, block), all(t, block * w);
+      mine.fill(r, 0);
+      comm.allgather(mine.view(r), all.view(r));
+      Buffer got = all.download();
+      for (std::size_t p = 0; p < w; ++p)
+        EXPECT_EQ(got.get(p * block + 5), pattern(5, static_cast<int>(p))) << "allgather";
+      DeviceBuffer b(t, block);
+      b.fill(r, 0);
+      comm.broadcast(b.view(r), 1);
+      EXPECT_EQ(b.download().get(block - 1), pattern(block - 1, 1)) << "broadcast";
+      DeviceBuffer big(t, block * w), part(t, block);
+      big.upload(reduce_inputs(ReduceOp::max, t, r, block * w));
+      comm.reduce_scatter(big.view(r), part.view(r), ReduceOp::max);
+      EXPECT_EQ(part.download().get(3),
+                mptest::reduce_expected(ReduceOp::max, t, ctx.size,
+                                        static_cast<std::size_t>(r) * block + 3, 1))
+          << "reduce_scatter";
+      DeviceBuffer sent(t, block * w), received(t, block * w);
+      sent.fill(r, 0);
+      comm.alltoall(sent.view(r), received.view(r));
+      got = received.download();
+      for (std::size_t p = 0; p < w; ++p)
+        EXPECT_EQ(got.get(p * block),
+                  pattern(static_cast<std::size_t>(r) * block, static_cast<int>(p)))
+            << "alltoall";
+      DeviceBuffer msg(t, block);
+      if (r == 0) {
+        msg.fill(0, 0);
+        comm.send(msg.view(r), 1, 7);
+      } else if (r == 1) {
+        comm.recv(msg.view(r), 0, 7);
+        EXPECT_EQ(msg.download().get(block - 2), pattern(block - 2, 0)) << "recv";
+      }
+      comm.barrier();
+    }
+  });
 }
 
 TEST(GpuFailure, ARankKilledMidAllreduceIsPeerLostNamingIt) {

@@ -12,14 +12,14 @@
 namespace tandem::comm {
 namespace {
 
-struct Entry {
-  std::string name;
-  DeviceBackendFactory make = nullptr;
-};
+// One factory per Device::Kind (cpu's stays empty).
+std::array<DeviceBackendFactory, 2>& registry() {
+  static std::array<DeviceBackendFactory, 2> factories{};
+  return factories;
+}
 
-std::array<Entry, 2>& registry() {
-  static std::array<Entry, 2> entries;
-  return entries;
+std::size_t slot(Device::Kind kind) noexcept {
+  return static_cast<std::size_t>(kind);
 }
 
 // Guards the table (a library being loaded registers itself under it).
@@ -36,11 +36,7 @@ std::mutex& load_mutex() {
 
 DeviceBackendFactory registered(Device::Kind kind) {
   const std::lock_guard lock(registry_mutex());
-  return registry()[static_cast<std::size_t>(kind)].make;
-}
-
-std::size_t slot(Device::Kind kind) noexcept {
-  return static_cast<std::size_t>(kind);
+  return registry()[slot(kind)];
 }
 
 // The directory of the object that holds this function (libtandem.so, or the program when
@@ -70,14 +66,9 @@ std::string load_library(Device::Kind kind) {
 
 }  // namespace
 
-void register_device_backend(Device::Kind kind, std::string_view name,
-                             DeviceBackendFactory make) noexcept {
-  try {
-    const std::lock_guard lock(registry_mutex());
-    registry()[slot(kind)] = Entry{std::string(name), make};
-  } catch (...) {
-    // Out of memory at load time: the backend then reads as missing, with its reason.
-  }
+void register_device_backend(Device::Kind kind, DeviceBackendFactory make) noexcept {
+  const std::lock_guard lock(registry_mutex());
+  registry()[slot(kind)] = make;
 }
 
 std::string device_library_path(Device::Kind kind) {

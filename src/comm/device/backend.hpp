@@ -54,10 +54,9 @@ class DeviceBackend {
 
 using DeviceBackendFactory = std::unique_ptr<DeviceBackend> (*)(const DeviceSetup&);
 
-/// Registers `make` for devices of `kind`, under `name`, replacing an earlier one (the
-/// backend library calls it when it is loaded).
-void register_device_backend(Device::Kind kind, std::string_view name,
-                             DeviceBackendFactory make) noexcept;
+/// Registers `make` for devices of `kind`, replacing an earlier one (the backend library
+/// calls it when it is loaded; the backend names itself through DeviceBackend::name()).
+void register_device_backend(Device::Kind kind, DeviceBackendFactory make) noexcept;
 
 /// A backend for `setup.device`, loading the backend library first if none is registered
 /// for its kind. Throws InvalidArgument saying what is missing and what to do (the library

@@ -1,6 +1,5 @@
 #include "gpu/nccl/backend.hpp"
 
-#include "algorithms/common.hpp"
 #include "gpu/kernels.hpp"
 #include "gpu/nccl/types.hpp"
 #include "gpu/nccl/unique_id.hpp"
@@ -12,7 +11,6 @@
 
 #include <chrono>
 #include <thread>
-#include <vector>
 
 namespace tandem::gpu {
 namespace {
@@ -80,10 +78,14 @@ NcclBackend::NcclBackend(const comm::DeviceSetup& setup) : setup_(setup) {
 
 NcclBackend::~NcclBackend() {
   if (comm_ == nullptr) return;
+  if (abort_requested_.load(std::memory_order_acquire)) {
+    // The communicator failed: its peers may never finalize with this one.
+    abort_communicator();
+    return;
+  }
   try {
     check_cuda(cudaSetDevice(setup_.device.index), "cudaSetDevice");
     check(ncclCommFinalize(comm_), "ncclCommFinalize");
-    abort_requested_.store(false, std::memory_order_relaxed);
     setup_.check_peers = nullptr;  // the peers may be gone already: that is no failure now
     settle(deadline_in(kFinalizeTimeout), "finalizing the NCCL communicator");
     (void)ncclCommDestroy(comm_);
@@ -216,18 +218,13 @@ void NcclBackend::wait_until(const std::function<bool()>& finished, Deadline dea
                              std::string_view what) {
   Clock::time_point next_check{};
   for (unsigned i = 0;; ++i) {
-    if (finished()) {
-      // A call that failed asynchronously also "finishes": its error is the answer.
-      ncclResult_t state = ncclSuccess;
-      check(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
-      if (state != ncclSuccess && state != ncclInProgress)
-        throw nccl_error(state, what, ncclGetLastError(comm_));
-      return;
-    }
+    // A call that failed asynchronously also "finishes": its error is the answer.
+    const bool done = finished();
     ncclResult_t state = ncclSuccess;
     check(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
     if (state != ncclSuccess && state != ncclInProgress)
       throw nccl_error(state, what, ncclGetLastError(comm_));
+    if (done) return;
     if (abort_requested_.load(std::memory_order_acquire))
       TANDEM_THROW(ErrorCode::Aborted,
                    "{} was stopped: the communicator was aborted (another operation failed or a "

@@ -7,8 +7,6 @@
 
 #include <fmt/format.h>
 
-#include <cstring>
-
 namespace tandem::gpu {
 
 std::string to_text(const ncclUniqueId& id) {
