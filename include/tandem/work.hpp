@@ -36,6 +36,12 @@ class Work {
   bool test() const noexcept { return state_.load(std::memory_order_acquire) != State::pending; }
   /// Same as test().
   bool is_completed() const noexcept { return test(); }
+  /// For a caller that will not wait() for the operation (it chains a future to it, or
+  /// polls test()): under lazy start (CommOptions::lazy_start) the communicator's worker
+  /// starts it now instead of at its next poll. Otherwise, and once it started, a no-op.
+  void start() {
+    if (!test()) start_now();
+  }
   /// The failure, or nullptr while pending or after success.
   std::exception_ptr error() const;
   /// Runs `fn` once the operation has completed or failed: on the thread that completes it,
@@ -64,6 +70,8 @@ class Work {
   /// Called by wait() before it blocks: may run the operation on the waiting thread, when
   /// it would end by `deadline` either way.
   virtual void run_if_next(Deadline /*deadline*/) {}
+  /// Called by start() while the operation is pending.
+  virtual void start_now() {}
 
   enum class State : std::uint8_t { pending, done, failed };
   std::atomic<State> state_{State::pending};

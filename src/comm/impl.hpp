@@ -100,6 +100,7 @@ class OpWork final : public Work {
  protected:
   std::string describe() const override;
   void run_if_next(Deadline deadline) override;
+  void start_now() override;
 };
 
 }  // namespace tandem::comm
@@ -276,6 +277,8 @@ struct Communicator::Impl {
   /// A thread waiting for `work`: when it is a collective at the front of the queue and no
   /// thread owns the mesh, takes it from the queue and runs it on this thread.
   void run_if_next(const comm::OpWork* work);
+  /// Work::start(): the caller will not wait for its operations; the worker takes them now.
+  void start_soon();
   std::shared_ptr<comm::WaitHelper> wait_helper = std::make_shared<comm::WaitHelper>();
   /// Posts a send/recv taken from the queue (it completes later, in progress_p2p()).
   void start_p2p(const std::shared_ptr<comm::OpWork>& work);

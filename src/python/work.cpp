@@ -111,8 +111,13 @@ void TandemWork::part_completed(const std::shared_ptr<tandem::Work>& part) {
 }
 
 bool TandemWork::isCompleted() {
-  std::lock_guard lock(mutex_);
-  return completed_;
+  {
+    std::lock_guard lock(mutex_);
+    if (completed_) return true;
+  }
+  // Polled, not waited for: its operations must not wait for the worker's next lazy poll.
+  for (const auto& part : parts_) part->start();
+  return false;
 }
 
 bool TandemWork::isSuccess() const {
@@ -151,7 +156,13 @@ c10::intrusive_ptr<c10::ivalue::Future> TandemWork::getFuture() {
     future_requested_ = true;
     done = completed_;
   }
-  if (done) complete_future();
+  if (done) {
+    complete_future();
+  } else {
+    // DDP's buckets: waited for through the future, never through wait(), so no waiting
+    // thread runs them; the worker takes them now rather than at its next lazy poll.
+    for (const auto& part : parts_) part->start();
+  }
   return future_;
 }
 

@@ -113,6 +113,28 @@ TEST_P(Async, LazyStartCompletesOperationsNobodyWaitsFor) {
   testing::expect_all_ok(exits);
 }
 
+// Work::start(): with a lazy-start period longer than the test's deadline, only start() can
+// get an operation nobody waits for going (torch's futures: DDP's buckets).
+TEST_P(Async, LazyStartWorkStartRunsItWithoutAPoll) {
+  const auto exits = testing::run_ranks(
+      2,
+      [&](const testing::RankContext& ctx) {
+        CommOptions options;
+        options.lazy_start = std::chrono::minutes(5);
+        auto comm = connect(ctx, options);
+        std::vector<float> v = contribution(ctx.rank, 100, 3);
+        auto view = BufferView::of(std::span<float>(v));
+        auto work = comm->allreduce_async(view, view, ReduceOp::sum);
+        work->start();
+        const auto deadline = deadline_in(std::chrono::seconds(60));
+        while (!work->test() && Clock::now() < deadline) std::this_thread::yield();
+        ASSERT_TRUE(work->test()) << "start() did not start the operation";
+        expect_sums(v, 2, 3, "started allreduce");
+      },
+      run_options(GetParam()));
+  testing::expect_all_ok(exits);
+}
+
 // Under lazy start, sends and receives (which no waiting caller runs: only the worker
 // progresses them) interleaved with waited collectives all complete with the right values.
 TEST_P(Async, LazyStartRunsSendsAndReceivesBetweenWaitedCollectives) {

@@ -365,6 +365,15 @@ void Communicator::Impl::run_if_next(const OpWork* work) {
   release_mesh();
 }
 
+void Communicator::Impl::start_soon() {
+  {
+    std::lock_guard guard(exec.mutex);
+    if (exec.queue.empty()) return;  // it started already
+    exec.lazy_now = false;           // nor will the next ones be waited for, most likely
+  }
+  exec.worker_cv.notify_one();
+}
+
 void Communicator::Impl::shutdown() noexcept {
   {
     // Waits for a waiting thread that runs an operation itself (OpWork::run_if_next).

@@ -111,5 +111,13 @@ void OpWork::run_if_next(Deadline deadline) {
   if (helper->impl != nullptr) helper->impl->run_if_next(this);
 }
 
+void OpWork::start_now() {
+  if (!helper) return;
+  // Held by a thread running an operation inline: when it is done, release_mesh() wakes the
+  // worker for the operations queued behind it, this one included.
+  std::unique_lock lock(helper->mutex, std::try_to_lock);
+  if (lock.owns_lock() && helper->impl != nullptr) helper->impl->start_soon();
+}
+
 }  // namespace comm
 }  // namespace tandem

@@ -26,8 +26,11 @@ namespace {
 
 constexpr auto kMinPause = std::chrono::microseconds(20);
 constexpr auto kMaxPause = std::chrono::microseconds(1000);
-// Lazy start: polls of an idle worker before it sleeps until woken (256 x 200 us: 51 ms).
+// Lazy start: an idle worker polls for 256 periods (51 ms at 200 us) before it sleeps until
+// woken, each poll that finds nothing doubling the next one's wait, up to 64 periods
+// (0.2, 0.4, ..., 12.8, 12.8 ms: 9 polls instead of 256).
 constexpr int kLazyPolls = 256;
+constexpr int kLazyBackoff = 64;
 
 }  // namespace
 
@@ -48,7 +51,6 @@ void Communicator::Impl::worker_loop() {
   std::chrono::microseconds pause = kMinPause;
   for (;;) {
     if (exec.in_flight.empty()) {
-      const auto ready = [&] { return exec.stopping || (!exec.queue.empty() && claim_mesh()); };
       // Lazy start: poll while operations keep coming, then sleep until woken. A poll takes
       // only an operation that was already at the front one period earlier: nobody came to
       // run it. One queued a moment ago belongs to the caller about to wait for it; taking
@@ -58,21 +60,40 @@ void Communicator::Impl::worker_loop() {
       const auto p2p_first = [&] {
         return !exec.queue.empty() && comm::is_p2p(exec.queue.front()->op.call.kind);
       };
+      // Each poll that finds nothing to take doubles the period, up to kLazyBackoff periods:
+      // a caller that waits for everything it submits (torch.distributed's blocking calls)
+      // is not interrupted every period. On a host with as many ranks as cores, each poll
+      // preempts a rank in the middle of a collective, and its peers wait for it.
       bool found = false;
-      for (int i = 0; config.lazy_start.count() > 0 && exec.lazy_now && i < kLazyPolls && !found;
-           ++i) {
+      auto period = config.lazy_start;
+      auto polled = std::chrono::microseconds(0);
+      while (config.lazy_start.count() > 0 && exec.lazy_now &&
+             polled < kLazyPolls * config.lazy_start && !found) {
         const bool had_front = !exec.queue.empty();
         const std::uint64_t seen = exec.dequeued;
-        const bool notified = p2p_first() || exec.worker_cv.wait_for(lock, config.lazy_start) ==
-                                                 std::cv_status::no_timeout;
+        const bool notified =
+            p2p_first() || exec.worker_cv.wait_for(lock, period) == std::cv_status::no_timeout;
+        polled += period;
         found =
             exec.stopping || ((notified || p2p_first() || (had_front && exec.dequeued == seen)) &&
                               !exec.queue.empty() && claim_mesh());
+        period = std::min(period * 2, kLazyBackoff * config.lazy_start);
       }
       if (!found) {
+        // Under lazy start, a submit() that wakes this thread from its sleep starts a new
+        // round of polls: the caller about to wait runs the operation itself.
+        const bool lazy = config.lazy_start.count() > 0;
+        bool claimed = false;
         exec.worker_asleep = true;
-        exec.worker_cv.wait(lock, ready);
+        exec.worker_cv.wait(lock, [&] {
+          if (exec.stopping) return true;
+          if (exec.queue.empty()) return false;
+          if (lazy && exec.lazy_now && !p2p_first()) return true;
+          claimed = claim_mesh();
+          return claimed;
+        });
         exec.worker_asleep = false;
+        if (!claimed && !exec.stopping) continue;
       }
       if (exec.stopping) return;
     } else if (exec.stopping) {
