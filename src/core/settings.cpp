@@ -30,6 +30,9 @@ constexpr std::array kSettings{
     Setting{"TANDEM_DEBUG_SUBSYS", string, "ALL",
             "Subsystems to log: a comma list of INIT, STORE, SHM, TCP, COLL, ALGO, RUN, PERF, "
             "DDP, DATA, or ALL; a leading ^ excludes the listed ones (^SHM,TCP)."},
+    Setting{"TANDEM_GPU_TRANSPORT", choice, "auto",
+            "CUDA collectives: auto (NCCL with one rank per GPU; CUDA IPC where ranks share a "
+            "GPU or the build has no NCCL), nccl or cuda_ipc."},
     Setting{"TANDEM_PYTHON", string, "",
             "tandemrun: the interpreter of a .py PROGRAM or -m MODULE (empty: python3 from "
             "PATH)."},

@@ -4,6 +4,7 @@
 // two GPUs or more; a rank killed mid-allreduce. Skipped, with the reason, without a GPU.
 
 #include "gpu/cuda.hpp"
+#include "gpu/gpu_util.hpp"
 #include "gpu/kernels.hpp"
 #include "mp/mp_util.hpp"
 #include "support/multiproc.hpp"
@@ -24,81 +25,13 @@
 namespace tandem::gpu {
 namespace {
 
+using gputest::DeviceBuffer;
+using gputest::devices_seen_by_a_child;
+using gputest::expect_near;
+using gputest::kAwkward;
+using gputest::pattern;
+using gputest::reduce_inputs;
 using mptest::Buffer;
-
-// The CUDA devices, counted in a child: a parent that initialised CUDA could not fork ranks
-// that use it.
-int devices_seen_by_a_child(std::string* why) {
-  int pipefd[2];
-  if (::pipe(pipefd) != 0) return 0;
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    std::string reason;
-    const int n = device_count(&reason);
-    const std::string line = std::to_string(n) + " " + reason;
-    (void)!::write(pipefd[1], line.data(), line.size());
-    ::_exit(0);
-  }
-  ::close(pipefd[1]);
-  std::string text;
-  char buf[256];
-  for (ssize_t got; (got = ::read(pipefd[0], buf, sizeof buf)) > 0;)
-    text.append(buf, static_cast<std::size_t>(got));
-  ::close(pipefd[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  const auto space = text.find(' ');
-  if (why != nullptr && space != std::string::npos) *why = text.substr(space + 1);
-  return text.empty() ? 0 : std::stoi(text.substr(0, space));
-}
-
-#define REQUIRE_GPUS(n)                                                               \
-  do {                                                                                \
-    std::string why;                                                                  \
-    const int have = devices_seen_by_a_child(&why);                                   \
-    if (have < (n))                                                                   \
-      GTEST_SKIP() << "needs " << (n) << " CUDA device(s), this machine has " << have \
-                   << (have == 0 ? " (" + why + ")"                                   \
-                                 : std::string(" (NCCL 2.28 refuses two ranks on "    \
-                                               "one GPU)"));                          \
-  } while (0)
-
-/// `count` elements of `dtype` on the current device.
-struct DeviceBuffer {
-  DeviceBuffer(DataType t, std::size_t n) : dtype(t), count(n), memory(n * dtype_size(t)) {}
-  BufferView view(int device) const { return {memory.get(), count, dtype, Device::cuda(device)}; }
-  void fill(int rank, std::uint32_t seed) const {
-    fill_pattern(memory.get(), count, dtype, rank, seed, nullptr);
-    check_cuda(cudaDeviceSynchronize(), "fill");
-  }
-  /// `host` (of this dtype and count) copied to the device.
-  void upload(const Buffer& host) const {
-    if (count > 0)
-      check_cuda(cudaMemcpy(memory.get(), host.data(), host.bytes(), cudaMemcpyHostToDevice),
-                 "copy");
-  }
-  Buffer download() const {
-    Buffer b(dtype, count);
-    if (count > 0)
-      check_cuda(cudaMemcpy(b.data(), memory.get(), b.bytes(), cudaMemcpyDeviceToHost), "copy");
-    return b;
-  }
-  DataType dtype;
-  std::size_t count;
-  DeviceMemory memory;
-};
-
-double pattern(std::size_t i, int rank) {
-  return pattern_value(i, rank, 0);
-}
-
-void expect_near(DataType dtype, double got, double want, std::string_view what) {
-  const double tolerance =
-      dtype == DataType::f16 || dtype == DataType::bf16 ? 1e-2 * std::abs(want) : 1e-6;
-  EXPECT_NEAR(got, want, tolerance) << what << " (" << to_string(dtype) << ")";
-}
-
-constexpr std::size_t kAwkward[] = {0, 1, 7, 1023, 65537};
 
 TEST(GpuOneRank, EveryCollectiveDtypeOperationAndAwkwardSize) {
   std::string why;
@@ -146,13 +79,6 @@ TEST(GpuOneRank, EveryCollectiveDtypeOperationAndAwkwardSize) {
       comm->barrier();
     }
   }
-}
-
-// Inputs of a reduction with `op` on `rank`, as tests/mp makes them.
-Buffer reduce_inputs(ReduceOp op, DataType t, int rank, std::size_t count) {
-  Buffer b(t, count);
-  for (std::size_t i = 0; i < count; ++i) b.set(i, mptest::reduce_input(op, t, rank, i, 1));
-  return b;
 }
 
 // Runs `body` in one forked rank per GPU (at most 4), each on its own device with its own

@@ -2,6 +2,9 @@
 // library: the mapping of tandem's types and operations, NCCL's results as tandem errors, and
 // the unique id's exchange through a real store (ncclGetUniqueId needs no GPU).
 
+// Without NCCL in the build (CUDA IPC only) there is nothing of NCCL's to test.
+#ifdef TANDEM_HAVE_NCCL
+
 #include "gpu/cuda.hpp"
 #include "gpu/nccl/types.hpp"
 #include "gpu/nccl/unique_id.hpp"
@@ -182,3 +185,5 @@ TEST(NcclBackend, ACudaBufferWithoutADeviceSaysWhy) {
 
 }  // namespace
 }  // namespace tandem::gpu
+
+#endif  // TANDEM_HAVE_NCCL

@@ -3,6 +3,7 @@
 #include "gpu/kernels.hpp"
 #include "gpu/nccl/types.hpp"
 #include "gpu/nccl/unique_id.hpp"
+#include "gpu/wait.hpp"
 
 #include <tandem/error.hpp>
 #include <tandem/log.hpp>
@@ -10,20 +11,12 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <thread>
 
 namespace tandem::gpu {
 namespace {
 
 using namespace std::chrono_literals;
 
-// Waiting for the device: the first polls only yield (a small collective on NVLink finishes
-// within microseconds), then each poll sleeps this long.
-constexpr unsigned kSpinPolls = 256;
-constexpr auto kPollSleep = 20us;
-// How often the peers' liveness is asked while a call is waited for (the mesh's control
-// connections: a poll() of a few sockets).
-constexpr auto kPeerCheck = 1ms;
 // Finalizing the NCCL communicator at destruction, after which it is aborted instead.
 constexpr auto kFinalizeTimeout = 10s;
 
@@ -216,36 +209,18 @@ void NcclBackend::settle(Deadline deadline, std::string_view what) {
 
 void NcclBackend::wait_until(const std::function<bool()>& finished, Deadline deadline,
                              std::string_view what) {
-  Clock::time_point next_check{};
-  for (unsigned i = 0;; ++i) {
-    // A call that failed asynchronously also "finishes": its error is the answer.
-    const bool done = finished();
+  WaitHooks hooks;
+  hooks.aborted = &abort_requested_;
+  hooks.check_peers = setup_.check_peers;
+  hooks.after_poll = [&] {
     ncclResult_t state = ncclSuccess;
     check(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
     if (state != ncclSuccess && state != ncclInProgress)
       throw nccl_error(state, what, ncclGetLastError(comm_));
-    if (done) return;
-    if (abort_requested_.load(std::memory_order_acquire))
-      TANDEM_THROW(ErrorCode::Aborted,
-                   "{} was stopped: the communicator was aborted (another operation failed or a "
-                   "peer reported a failure)",
-                   what);
-    const auto now = Clock::now();
-    if (now >= deadline)
-      TANDEM_THROW(ErrorCode::Timeout,
-                   "{} did not complete within its deadline (timeout {} ms): a peer never joined "
-                   "it or is stuck; the NCCL communicator is aborted. Raise TANDEM_TIMEOUT if the "
-                   "work legitimately takes longer",
-                   what, setup_.timeout.count());
-    if (setup_.check_peers && now >= next_check) {
-      setup_.check_peers();  // PeerLost naming a rank that died
-      next_check = now + kPeerCheck;
-    }
-    if (i < kSpinPolls)
-      std::this_thread::yield();
-    else
-      std::this_thread::sleep_for(kPollSleep);
-  }
+  };
+  hooks.timeout = setup_.timeout;
+  hooks.on_timeout = "the NCCL communicator is aborted";
+  poll_until(finished, deadline, what, hooks);
 }
 
 std::unique_ptr<comm::DeviceBackend> make_nccl_backend(const comm::DeviceSetup& setup) {

@@ -168,6 +168,7 @@ TEST(Settings, DeclaresExactlyTheDocumentedNamesTypesAndDefaults) {
       {"TANDEM_BUFFSIZE", {Type::bytes, "4M"}},
       {"TANDEM_CHUNK_SIZE", {Type::bytes, "1M"}},
       {"TANDEM_CUDA_LIBRARY", {Type::string, ""}},
+      {"TANDEM_GPU_TRANSPORT", {Type::choice, "auto"}},
       {"TANDEM_SHM_DISABLE", {Type::boolean, "0"}},
       {"TANDEM_SOCKETS_PER_PEER", {Type::integer, "1"}},
       {"TANDEM_SPIN_US", {Type::integer, "50"}},

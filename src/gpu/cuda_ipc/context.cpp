@@ -1,0 +1,98 @@
+#include "gpu/cuda_ipc/context.hpp"
+
+#include "transport/bootstrap.hpp"
+#include "transport/regions.hpp"
+
+#include <tandem/error.hpp>
+#include <tandem/store.hpp>
+
+#include <fmt/format.h>
+
+#include <new>
+#include <unistd.h>
+
+namespace tandem::gpu::cuda_ipc {
+
+Context::Context(const comm::DeviceSetup& setup, const WaitHooks& hooks)
+    : rank_(setup.rank), hooks_(hooks), staging_(2 * kHalfBytes) {
+  const Deadline deadline = deadline_in(setup.timeout);
+  auto store = std::make_shared<store::PrefixStore>("cuda_ipc/", setup.store);
+  std::vector<int> others;
+  for (int r = 0; r < setup.size; ++r)
+    if (r != rank_) others.push_back(r);
+  // The control blocks: one shared-memory segment per rank, mapped by every peer.
+  if (!others.empty()) {
+    pool_ = std::make_shared<transport::RegionPool>(rank_, others);
+    control_ = pool_->allocate(sizeof(ControlBlock), *store, deadline, setup.check_peers);
+  } else {
+    control_ = SharedBuffer();
+  }
+  own_block_ = control_.data() != nullptr ? new (control_.data()) ControlBlock()
+                                          : new ControlBlock();  // one rank: nobody reads it
+  StagingRecord mine;
+  check_cuda(cudaIpcGetMemHandle(&mine.handle, staging_.get()), "cudaIpcGetMemHandle");
+  mine.bytes = 2 * kHalfBytes;
+  mine.pid = static_cast<std::int32_t>(::getpid());
+  const auto texts = transport::gather(*store, "staging/", rank_, encode(mine), others, deadline,
+                                       "CUDA IPC staging handle", setup.check_peers);
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  peers_.reserve(static_cast<std::size_t>(setup.size));
+  same_device_.assign(static_cast<std::size_t>(setup.size), 1);
+  std::size_t next = 0;
+  for (int r = 0; r < setup.size; ++r) {
+    if (r == rank_) {
+      peers_.emplace_back(r, static_cast<std::byte*>(staging_.get()), own_block_);
+      continue;
+    }
+    const StagingRecord record = decode_staging_record(texts[next++], r);
+    const auto* block = static_cast<const ControlBlock*>(pool_->peer_view(
+        r, *pool_->locate(control_.data(), sizeof(ControlBlock)), sizeof(ControlBlock)));
+    TANDEM_CHECK_ARG(block != nullptr,
+                     "rank {}'s control block is not mapped in this process: CUDA IPC joins "
+                     "ranks of one host only",
+                     r);
+    peers_.emplace_back(r, record, block);
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, peers_.back().in()) == cudaSuccess)
+      same_device_[static_cast<std::size_t>(r)] = a.device == device ? 1 : 0;
+    (void)cudaGetLastError();
+  }
+}
+
+Context::~Context() {
+  peers_.clear();  // unmaps the peers' staging before this rank's own is freed
+  if (control_.data() == nullptr) delete own_block_;
+}
+
+void Context::drain(Deadline deadline, std::string_view what) {
+  wait_for_stream(stream_.get(), done_.get(), deadline, what, hooks_);
+}
+
+void Context::end_phase(Deadline deadline, std::string_view what) {
+  drain(deadline, what);
+  ++step_;
+  own_block_->step.store(step_, std::memory_order_release);
+  poll_until(
+      [&] {
+        for (const Peer& p : peers_)
+          if (p.step() < step_) return false;
+        return true;
+      },
+      deadline, what, hooks_);
+}
+
+std::string Context::describe() const {
+  std::string s;
+  for (const Peer& p : peers_) {
+    if (p.rank() == rank_) continue;
+    if (!s.empty()) s += ", ";
+    s += fmt::format("rank {} {}", p.rank(),
+                     same_device_[static_cast<std::size_t>(p.rank())] != 0 ? "on this GPU"
+                                                                           : "on another GPU "
+                                                                             "(peer access)");
+  }
+  return s.empty() ? std::string("no peers") : s;
+}
+
+}  // namespace tandem::gpu::cuda_ipc

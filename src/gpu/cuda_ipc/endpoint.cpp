@@ -1,0 +1,48 @@
+#include "gpu/cuda_ipc/endpoint.hpp"
+
+#include "gpu/cuda.hpp"
+
+#include <tandem/error.hpp>
+
+#include <fmt/format.h>
+
+#include <unistd.h>
+#include <utility>
+
+namespace tandem::gpu::cuda_ipc {
+
+Peer::Peer(int rank, std::byte* staging, const ControlBlock* block) noexcept
+    : rank_(rank), staging_(staging), block_(block) {}
+
+Peer::Peer(int rank, const StagingRecord& record, const ControlBlock* block)
+    : rank_(rank), staging_(nullptr), block_(block) {
+  TANDEM_CHECK_ARG(record.pid != ::getpid(),
+                   "rank {} is in this same process: CUDA IPC joins ranks of different processes "
+                   "(start one process per rank, as tandemrun does)",
+                   rank);
+  void* p = nullptr;
+  const cudaError_t e = cudaIpcOpenMemHandle(&p, record.handle, cudaIpcMemLazyEnablePeerAccess);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    TANDEM_THROW(ErrorCode::InvalidArgument,
+                 "cannot map rank {}'s (pid {}) staging buffer through CUDA IPC: {} ({}). Ranks "
+                 "joined by CUDA IPC must share a GPU or have peer access between theirs "
+                 "(NVLink or PCIe P2P: nvidia-smi topo -p2p r); otherwise give each rank a "
+                 "GPU of its own and let NCCL connect them",
+                 rank, record.pid, cudaGetErrorString(e), cudaGetErrorName(e));
+  }
+  staging_ = static_cast<std::byte*>(p);
+  opened_ = true;
+}
+
+Peer::Peer(Peer&& other) noexcept
+    : rank_(other.rank_),
+      staging_(std::exchange(other.staging_, nullptr)),
+      block_(other.block_),
+      opened_(std::exchange(other.opened_, false)) {}
+
+Peer::~Peer() {
+  if (opened_ && staging_ != nullptr) (void)cudaIpcCloseMemHandle(staging_);
+}
+
+}  // namespace tandem::gpu::cuda_ipc

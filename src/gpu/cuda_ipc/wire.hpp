@@ -1,0 +1,47 @@
+#pragma once
+// What the ranks of a CUDA IPC group share, byte for byte: the record each publishes through
+// the store (its staging buffer's IPC handle and size, its GPU, its pid), and the host control
+// block each maps from every peer (one step counter per rank, on a cache line of its own).
+//
+// The protocol: every collective is a fixed sequence of phases, the same on every rank. A
+// rank ends a phase by waiting (on the host) until its device finished the phase's copies and
+// kernels, then publishing step + 1; it starts the next phase once every peer's step reached
+// its own. A phase that reads peers' staging is always followed by such a step before anyone
+// writes that staging again, so no copy ever reads memory a peer is rewriting.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cuda_runtime_api.h>
+#include <string>
+#include <string_view>
+
+namespace tandem::gpu::cuda_ipc {
+
+/// Each rank's staging buffer: an input half and an output half of this many bytes.
+inline constexpr std::size_t kHalfBytes = std::size_t{16} << 20;
+
+struct StagingRecord {
+  cudaIpcMemHandle_t handle{};
+  std::uint64_t bytes = 0;  ///< the whole buffer: 2 x kHalfBytes
+  std::int32_t pid = 0;
+};
+
+/// Fixed-size binary record (magic, version, fields) as hex text for the store.
+std::string encode(const StagingRecord& r);
+/// Throws Error(Io) naming `rank` when the text is not one of this build's records.
+StagingRecord decode_staging_record(std::string_view text, int rank);
+
+/// One rank's control block in host shared memory.
+struct alignas(64) ControlBlock {
+  std::atomic<std::uint64_t> step{0};  ///< phases this rank completed, since creation
+};
+static_assert(sizeof(ControlBlock) == 64);
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+
+/// The step a peer's block shows (an acquire load of memory another process writes).
+inline std::uint64_t load_step(const ControlBlock* block) noexcept {
+  return __atomic_load_n(reinterpret_cast<const std::uint64_t*>(&block->step), __ATOMIC_ACQUIRE);
+}
+
+}  // namespace tandem::gpu::cuda_ipc

@@ -1,0 +1,71 @@
+#include "gpu/wait.hpp"
+
+#include "gpu/cuda.hpp"
+
+#include <tandem/error.hpp>
+
+#include <fmt/format.h>
+
+#include <thread>
+
+namespace tandem::gpu {
+namespace {
+
+using namespace std::chrono_literals;
+
+// The first polls only yield (a small collective on NVLink finishes within microseconds),
+// then each poll sleeps this long.
+constexpr unsigned kSpinPolls = 256;
+constexpr auto kPollSleep = 20us;
+// How often the peers' liveness is asked (the mesh's control connections: a poll() of a few
+// sockets).
+constexpr auto kPeerCheck = 1ms;
+
+}  // namespace
+
+void poll_until(const std::function<bool()>& finished, Deadline deadline, std::string_view what,
+                const WaitHooks& hooks) {
+  Clock::time_point next_check{};
+  for (unsigned i = 0;; ++i) {
+    // A call that failed asynchronously also "finishes": after_poll's error is the answer.
+    const bool done = finished();
+    if (hooks.after_poll) hooks.after_poll();
+    if (done) return;
+    if (hooks.aborted != nullptr && hooks.aborted->load(std::memory_order_acquire))
+      TANDEM_THROW(ErrorCode::Aborted,
+                   "{} was stopped: the communicator was aborted (another operation failed or a "
+                   "peer reported a failure)",
+                   what);
+    const auto now = Clock::now();
+    if (now >= deadline)
+      TANDEM_THROW(
+          ErrorCode::Timeout,
+          "{} did not complete within its deadline (timeout {} ms): a peer never joined "
+          "it or is stuck{}. Raise TANDEM_TIMEOUT if the work legitimately takes longer",
+          what, hooks.timeout.count(),
+          hooks.on_timeout.empty() ? std::string() : fmt::format("; {}", hooks.on_timeout));
+    if (hooks.check_peers && now >= next_check) {
+      hooks.check_peers();  // PeerLost naming a rank that died
+      next_check = now + kPeerCheck;
+    }
+    if (i < kSpinPolls)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(kPollSleep);
+  }
+}
+
+void wait_for_stream(cudaStream_t stream, cudaEvent_t event, Deadline deadline,
+                     std::string_view what, const WaitHooks& hooks) {
+  check_cuda(cudaEventRecord(event, stream), "cudaEventRecord");
+  poll_until(
+      [&] {
+        const cudaError_t e = cudaEventQuery(event);
+        if (e == cudaErrorNotReady) return false;
+        check_cuda(e, fmt::format("{} on the device", what));
+        return true;
+      },
+      deadline, what, hooks);
+}
+
+}  // namespace tandem::gpu

@@ -1,0 +1,41 @@
+#pragma once
+// How the CUDA backends wait, on the host, for the device and for their peers: a bounded
+// poll that yields first (a small collective ends within microseconds) and then sleeps a
+// little per poll, asks the peers' liveness every millisecond (PeerLost naming a rank that
+// died), honours abort(), and throws Timeout at the call's deadline. No wait of tandem's runs
+// on the device: a kernel never spins on a flag that a dead process would have written.
+
+#include <tandem/types.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cuda_runtime_api.h>
+#include <functional>
+#include <string_view>
+
+namespace tandem::gpu {
+
+struct WaitHooks {
+  /// Set by DeviceBackend::abort(): the wait throws Aborted.
+  const std::atomic<bool>* aborted = nullptr;
+  /// DeviceSetup::check_peers (may be empty).
+  std::function<void()> check_peers;
+  /// Asked after every poll (NCCL's asynchronous error); may throw.
+  std::function<void()> after_poll;
+  /// The communicator's timeout and what the Timeout message adds ("the NCCL communicator
+  /// is aborted").
+  std::chrono::milliseconds timeout{0};
+  std::string_view on_timeout;
+};
+
+/// Returns once `finished()` is true; throws what the hooks throw, Aborted after abort(), or
+/// Timeout at `deadline`. `what` names the call in messages.
+void poll_until(const std::function<bool()>& finished, Deadline deadline, std::string_view what,
+                const WaitHooks& hooks);
+
+/// poll_until() for the work enqueued on `stream` so far (an event recorded on it now).
+/// `event` is the backend's own, reused.
+void wait_for_stream(cudaStream_t stream, cudaEvent_t event, Deadline deadline,
+                     std::string_view what, const WaitHooks& hooks);
+
+}  // namespace tandem::gpu
