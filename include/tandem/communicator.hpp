@@ -55,13 +55,14 @@ struct CommOptions {
   /// Asynchronous operations do not wake the worker thread at once: the first Work::wait()
   /// runs the operation on the waiting thread, and the worker, polling while operations keep
   /// coming (every `lazy_start` at first, each poll that finds nothing doubling the period up
-  /// to 64 x `lazy_start`, then sleeping until woken as usual), starts those nobody waited
-  /// for; Work::start() has it start one at once. For callers that mostly wait right away,
-  /// such as torch.distributed's blocking calls: a thread wake-up per call costs several
-  /// times a small collective, and on a host with as many ranks as cores every poll
-  /// preempts a rank mid-collective. It adapts: once the worker finds an operation nobody
-  /// waited for, or a caller asks for Work::start(), the next ones wake it at once again,
-  /// until a waiter runs one itself. Zero (the default): the worker is woken at once.
+  /// to 256 x `lazy_start`, sleeping once a whole such period passed without a call), starts
+  /// those nobody waited for. It is woken at once for a send or receive, for an operation
+  /// queued behind one nobody started, for a wait() behind such operations, and by
+  /// Work::start(). For callers that mostly wait right away, such as torch.distributed's
+  /// blocking calls: a thread wake-up per call costs several times a small collective, and on
+  /// a host with as many ranks as cores every poll preempts a rank mid-collective. It adapts:
+  /// once the worker finds an operation nobody waited for, the next ones wake it at once
+  /// again, until a waiter runs one itself. Zero (the default): the worker is woken at once.
   std::chrono::microseconds lazy_start{0};
 };
 

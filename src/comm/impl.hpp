@@ -178,6 +178,9 @@ struct Queue {
   /// Operations taken from the queue so far (guarded by `mutex`): a polling worker takes
   /// an operation only when it is the one it saw at the front a whole period earlier.
   std::uint64_t dequeued = 0;
+  /// Operations queued so far (guarded by `mutex`): a polling worker sleeps once a whole
+  /// longest period passed without one.
+  std::uint64_t submitted = 0;
   std::size_t active = 0;  ///< operations taken by the worker, not yet completed
   std::thread worker;
   /// Point-to-point operations the worker posted that are not complete (worker only).

@@ -135,6 +135,31 @@ TEST_P(Async, LazyStartWorkStartRunsItWithoutAPoll) {
   testing::expect_all_ok(exits);
 }
 
+// Lazy start with a period longer than the test: an operation waited for behind one that
+// nobody waited for still completes (the waiter, or the second submit, wakes the worker),
+// and both in order with the right values.
+TEST_P(Async, LazyStartWaitBehindAnUnstartedOperationCompletes) {
+  const auto exits = testing::run_ranks(
+      2,
+      [&](const testing::RankContext& ctx) {
+        CommOptions options;
+        options.lazy_start = std::chrono::minutes(5);
+        auto comm = connect(ctx, options);
+        std::vector<float> a = contribution(ctx.rank, 100, 4);
+        std::vector<float> b = contribution(ctx.rank, 100, 5);
+        auto va = BufferView::of(std::span<float>(a));
+        auto vb = BufferView::of(std::span<float>(b));
+        auto first = comm->allreduce_async(va, va, ReduceOp::sum);
+        auto second = comm->allreduce_async(vb, vb, ReduceOp::sum);
+        second->wait(deadline_in(std::chrono::seconds(60)));
+        EXPECT_TRUE(first->test());
+        expect_sums(a, 2, 4, "the operation nobody waited for");
+        expect_sums(b, 2, 5, "the one waited for behind it");
+      },
+      run_options(GetParam()));
+  testing::expect_all_ok(exits);
+}
+
 // Under lazy start, sends and receives (which no waiting caller runs: only the worker
 // progresses them) interleaved with waited collectives all complete with the right values.
 TEST_P(Async, LazyStartRunsSendsAndReceivesBetweenWaitedCollectives) {

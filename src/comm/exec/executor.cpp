@@ -137,9 +137,12 @@ std::shared_ptr<Work> Communicator::Impl::submit(const Op& op,
     std::lock_guard guard(exec.mutex);
     work = enqueue(op, counts);
     // Lazy start: a polling worker finds it by itself, unless a waiter runs it first. A
-    // send or receive only the worker runs.
+    // send or receive only the worker runs; an operation queued behind one that nobody has
+    // started means nobody waits for them (the caller goes on submitting).
     wake = config.lazy_start.count() == 0 || exec.worker_asleep || !exec.lazy_now ||
-           comm::is_p2p(op.call.kind);
+           comm::is_p2p(op.call.kind) ||
+           (exec.queue.size() > 1 &&
+            (exec.state.load(std::memory_order_relaxed) & comm::Queue::kOwned) == 0);
   }
   if (wake) exec.worker_cv.notify_one();
   return work;
@@ -151,6 +154,7 @@ std::shared_ptr<OpWork> Communicator::Impl::enqueue(const Op& op,
   work->helper = wait_helper;
   start_worker();
   exec.queue.push_back(work);
+  ++exec.submitted;
   // Nothing that can fail comes after the sequence number is taken (a gap would
   // desynchronise the ranks). kQueued is set first: from then on no inline call can claim
   // the mesh and a sequence number ahead of this one.
@@ -345,21 +349,33 @@ void Communicator::Impl::run_if_next(const OpWork* work) {
   {
     std::lock_guard guard(exec.mutex);
     exec.lazy_now = true;  // the caller waits right away: waking the worker at submit() is wasted
-    if (exec.stopping || exec.queue.empty() || exec.queue.front().get() != work ||
-        comm::is_p2p(work->op.call.kind))
-      return;
+    if (exec.stopping || exec.queue.empty()) return;
+    std::uint64_t s = exec.state.load(std::memory_order_relaxed);
     // The mesh is free only when nothing runs: no inline call, no collective on the worker,
     // no send/recv in flight (the worker keeps it while any is).
-    std::uint64_t s = exec.state.load(std::memory_order_relaxed);
-    if ((s & comm::Queue::kOwned) != 0 ||
-        !exec.state.compare_exchange_strong(s, s | comm::Queue::kOwned, std::memory_order_acquire,
-                                            std::memory_order_relaxed))
+    if ((s & comm::Queue::kOwned) != 0) return;
+    if (exec.queue.front().get() != work || comm::is_p2p(work->op.call.kind)) {
+      // Operations ahead of it that nobody started (under lazy start the worker may be
+      // between polls), or a send/recv, which only the worker runs: it takes them now, and
+      // the next submits wake it too (this caller did not wait for those before).
+      exec.lazy_now = false;
+      next = nullptr;
+    } else if (exec.state.compare_exchange_strong(s, s | comm::Queue::kOwned,
+                                                  std::memory_order_acquire,
+                                                  std::memory_order_relaxed)) {
+      next = std::move(exec.queue.front());
+      exec.queue.pop_front();
+      ++exec.dequeued;
+      if (exec.queue.empty())
+        exec.state.fetch_and(~comm::Queue::kQueued, std::memory_order_relaxed);
+      ++exec.active;
+    } else {
       return;
-    next = std::move(exec.queue.front());
-    exec.queue.pop_front();
-    ++exec.dequeued;
-    if (exec.queue.empty()) exec.state.fetch_and(~comm::Queue::kQueued, std::memory_order_relaxed);
-    ++exec.active;
+    }
+  }
+  if (!next) {
+    exec.worker_cv.notify_one();
+    return;
   }
   run_collective(next);
   release_mesh();
