@@ -3,7 +3,7 @@
 beside tandem-perf's own figure, from the logs run.sh writes.
 
 Usage: compare.py DIR   (DIR holds {gloo,tandem}-collectives.r<k>.log, perf-<collective>.r<k>.log,
-one per round k, and optionally {gloo,tandem}-ddp.log). Each cell is the median over the
+one per round k, and optionally {gloo,tandem}-ddp.r<k>.log or {gloo,tandem}-ddp.log). Each cell is the median over the
 rounds (time and busbw separately). Prints per collective: size, mean time per call (us) and
 busbw (GB/s) for each; tandem/gloo busbw; tandem through torch / tandem-perf. Writes
 DIR/busbw-<collective>.dat for bench/plot.gp (columns: bytes, tandem, gloo, tandem-perf).
@@ -109,15 +109,25 @@ def main():
                       f"| {cell(q, 1, '%.3f')} | {ratio} |")
                 dat.write(f"{b}\t{t[1] if t else 'NaN'}\t{g[1] if g else 'NaN'}\t"
                           f"{q[1] if q else 'NaN'}\n")
-    runs = {b: result(os.path.join(d, f"{b}-ddp.log")) for b in ("gloo", "tandem")}
-    if any(runs.values()):
+    # DDP: one run per backend and round (interleaved), or one unnumbered run; the medians.
+    runs = {}
+    for b in ("gloo", "tandem"):
+        paths = sorted(glob.glob(os.path.join(d, f"{b}-ddp.r*.log"))) or [
+            os.path.join(d, f"{b}-ddp.log")]
+        found = [r for r in (result(path) for path in paths) if r]
+        if found:
+            runs[b] = found
+    if runs:
         print("\n#### Fashion-MNIST CNN, Python DDP, 2 ranks\n")
-        print("| backend | steps | ms/step | images/s | test accuracy % |")
-        print("|---|---:|---:|---:|---:|")
-        for b, r in runs.items():
-            if r:
-                print(f"| {b} | {r['steps']} | {float(r['ms_per_step']):.2f} "
-                      f"| {float(r['images_per_s']):.0f} | {float(r['test_accuracy']):.2f} |")
+        print("| backend | steps | ms/step (median) | images/s (median) | test accuracy % "
+              "| ms/step per round |")
+        print("|---|---:|---:|---:|---:|---|")
+        for b, rs in runs.items():
+            ms = statistics.median(float(r["ms_per_step"]) for r in rs)
+            ips = statistics.median(float(r["images_per_s"]) for r in rs)
+            each = ", ".join(f"{float(r['ms_per_step']):.1f}" for r in rs)
+            print(f"| {b} | {rs[0]['steps']} | {ms:.2f} | {ips:.0f} "
+                  f"| {float(rs[0]['test_accuracy']):.2f} | {each} |")
     return 0
 
 

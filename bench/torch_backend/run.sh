@@ -3,7 +3,7 @@
 # Python program (collectives.py) sweeps all_reduce, broadcast and all_gather from MIN to MAX
 # bytes on NP ranks under tandemrun with each backend, tandem-perf measures the same sizes, and
 # the Fashion-MNIST CNN trains with Python DDP (bench/pytorch_ddp/train.py --backend) with
-# each. The sweeps run ROUNDS times, interleaved (gloo, tandem, tandem-perf in each round), and
+# each, DDP_ROUNDS times interleaved. The sweeps run ROUNDS times, interleaved (gloo, tandem, tandem-perf in each round), and
 # each cell is the median of the rounds: one machine's noise shows in one round, not in the
 # table. Prints the tables (compare.py) and draws DIR/busbw.png (bench/plot.gp).
 #
@@ -11,7 +11,8 @@
 #   EPOCHS=0 MAX_STEPS=220 bench/torch_backend/run.sh   # DDP timing only
 #
 # Knobs: MIN, MAX, FACTOR (bench/lib.sh), NP (2), ROUNDS (3), BUDGET (timed seconds per size, 0.5),
-# EPOCHS (1), MAX_STEPS (0: whole epochs), OUT (default: a fresh temporary directory).
+# EPOCHS (1), MAX_STEPS (0: whole epochs), DDP_ROUNDS (3: interleaved DDP runs, medians),
+# OUT (default: a fresh temporary directory).
 # Needs make build; installs python3-torch, dataset-fashion-mnist and gnuplot when missing.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -22,6 +23,7 @@ BUDGET=${BUDGET:-0.5}
 ROUNDS=${ROUNDS:-3}
 EPOCHS=${EPOCHS:-1}
 MAX_STEPS=${MAX_STEPS:-0}
+DDP_ROUNDS=${DDP_ROUNDS:-3}
 PYTHON=${PYTHON:-/usr/bin/python3}
 export TANDEM_PYTHON=$PYTHON OMP_NUM_THREADS=1
 
@@ -50,10 +52,14 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 if [ "$EPOCHS" != 0 ] || [ "$MAX_STEPS" != 0 ]; then
-  for backend in gloo tandem; do
-    echo "run.sh: Fashion-MNIST DDP with backend $backend"
-    timeout -k 10 "$RUN_TIMEOUT" "${run[@]}" "$repo/bench/pytorch_ddp/train.py" \
-      --backend "$backend" --epochs "$EPOCHS" --max-steps "$MAX_STEPS" >"$OUT/$backend-ddp.log" 2>&1
+  # Interleaved rounds too: one run's ms/step on this VM varies by more than the backends do.
+  for round in $(seq 1 "$DDP_ROUNDS"); do
+    for backend in gloo tandem; do
+      echo "run.sh: round $round: Fashion-MNIST DDP with backend $backend"
+      timeout -k 10 "$RUN_TIMEOUT" "${run[@]}" "$repo/bench/pytorch_ddp/train.py" \
+        --backend "$backend" --epochs "$EPOCHS" --max-steps "$MAX_STEPS" \
+        >"$OUT/$backend-ddp.r$round.log" 2>&1
+    done
   done
 fi
 "$PYTHON" "$here/compare.py" "$OUT" | tee "$OUT/tables.md"

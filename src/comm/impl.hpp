@@ -181,6 +181,10 @@ struct Queue {
   /// Operations queued so far (guarded by `mutex`): a polling worker sleeps once a whole
   /// longest period passed without one.
   std::uint64_t submitted = 0;
+  /// Someone wants the worker to take the queued operations now rather than at its next
+  /// lazy poll (guarded by `mutex`; a state, so that a notification sent before the worker
+  /// waits is not lost): set with every such notification, cleared when the queue empties.
+  bool wanted = false;
   std::size_t active = 0;  ///< operations taken by the worker, not yet completed
   std::thread worker;
   /// Point-to-point operations the worker posted that are not complete (worker only).

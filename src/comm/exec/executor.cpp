@@ -99,6 +99,7 @@ void Communicator::Impl::run_blocking(Op& op, std::span<const std::size_t> count
   {
     std::lock_guard guard(exec.mutex);
     work = enqueue(op, counts);
+    exec.wanted = true;  // this caller waits for the worker to run it
   }
   op.call.seq = work->op.call.seq;
   op.call.tag = work->op.call.tag;
@@ -139,10 +140,12 @@ std::shared_ptr<Work> Communicator::Impl::submit(const Op& op,
     // Lazy start: a polling worker finds it by itself, unless a waiter runs it first. A
     // send or receive only the worker runs; an operation queued behind one that nobody has
     // started means nobody waits for them (the caller goes on submitting).
-    wake = config.lazy_start.count() == 0 || exec.worker_asleep || !exec.lazy_now ||
-           comm::is_p2p(op.call.kind) ||
-           (exec.queue.size() > 1 &&
-            (exec.state.load(std::memory_order_relaxed) & comm::Queue::kOwned) == 0);
+    const bool take_now =
+        !exec.lazy_now || comm::is_p2p(op.call.kind) ||
+        (exec.queue.size() > 1 &&
+         (exec.state.load(std::memory_order_relaxed) & comm::Queue::kOwned) == 0);
+    if (take_now) exec.wanted = true;
+    wake = config.lazy_start.count() == 0 || exec.worker_asleep || take_now;
   }
   if (wake) exec.worker_cv.notify_one();
   return work;
@@ -170,7 +173,10 @@ void Communicator::Impl::release_mesh() noexcept {
     return;
   // Operations were queued meanwhile and the worker waits for the mesh. Taking the mutex
   // orders this with the worker's look at the state, so the notification is not lost.
-  { std::lock_guard guard(exec.mutex); }
+  {
+    std::lock_guard guard(exec.mutex);
+    exec.wanted = true;
+  }
   exec.worker_cv.notify_one();
 }
 
@@ -359,6 +365,7 @@ void Communicator::Impl::run_if_next(const OpWork* work) {
       // between polls), or a send/recv, which only the worker runs: it takes them now, and
       // the next submits wake it too (this caller did not wait for those before).
       exec.lazy_now = false;
+      exec.wanted = true;
       next = nullptr;
     } else if (exec.state.compare_exchange_strong(s, s | comm::Queue::kOwned,
                                                   std::memory_order_acquire,
@@ -366,8 +373,10 @@ void Communicator::Impl::run_if_next(const OpWork* work) {
       next = std::move(exec.queue.front());
       exec.queue.pop_front();
       ++exec.dequeued;
-      if (exec.queue.empty())
+      if (exec.queue.empty()) {
         exec.state.fetch_and(~comm::Queue::kQueued, std::memory_order_relaxed);
+        exec.wanted = false;
+      }
       ++exec.active;
     } else {
       return;
@@ -386,6 +395,7 @@ void Communicator::Impl::start_soon() {
     std::lock_guard guard(exec.mutex);
     if (exec.queue.empty()) return;  // it started already
     exec.lazy_now = false;           // nor will the next ones be waited for, most likely
+    exec.wanted = true;
   }
   exec.worker_cv.notify_one();
 }

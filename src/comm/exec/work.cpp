@@ -104,8 +104,13 @@ std::string OpWork::describe() const {
 }
 
 void OpWork::run_if_next(Deadline deadline) {
-  // A shorter wait must return at its deadline while the operation goes on.
-  if (!helper || deadline < op.call.deadline) return;
+  if (!helper) return;
+  if (deadline < op.call.deadline) {
+    // A shorter wait must return at its deadline while the operation goes on: the worker
+    // runs it, now rather than at its next lazy poll.
+    start_now();
+    return;
+  }
   // Held while the operation runs: the communicator's shutdown waits for it.
   std::lock_guard lock(helper->mutex);
   if (helper->impl != nullptr) helper->impl->run_if_next(this);

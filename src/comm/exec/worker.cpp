@@ -70,8 +70,14 @@ void Communicator::Impl::worker_loop() {
       while (config.lazy_start.count() > 0 && exec.lazy_now && !found) {
         const bool had_front = !exec.queue.empty();
         const std::uint64_t seen = exec.dequeued;
-        const bool notified =
-            p2p_first() || exec.worker_cv.wait_for(lock, period) == std::cv_status::no_timeout;
+        if (!had_front) exec.wanted = false;  // what it was wanted for ran meanwhile
+        // Woken for good (exec.wanted: see submit(), release_mesh(), start_soon()) once the
+        // mesh is free; a send or receive needs no wake-up.
+        const bool notified = exec.worker_cv.wait_for(lock, period, [&] {
+          return exec.stopping.load(std::memory_order_relaxed) ||
+                 ((exec.wanted || p2p_first()) &&
+                  (exec.state.load(std::memory_order_relaxed) & comm::Queue::kOwned) == 0);
+        });
         found =
             exec.stopping || ((notified || p2p_first() || (had_front && exec.dequeued == seen)) &&
                               !exec.queue.empty() && claim_mesh());
@@ -93,7 +99,7 @@ void Communicator::Impl::worker_loop() {
         exec.worker_cv.wait(lock, [&] {
           if (exec.stopping) return true;
           if (exec.queue.empty()) return false;
-          if (lazy && exec.lazy_now && !p2p_first()) return true;
+          if (lazy && exec.lazy_now && !exec.wanted && !p2p_first()) return true;
           claimed = claim_mesh();
           return claimed;
         });
@@ -137,7 +143,10 @@ void Communicator::Impl::worker_loop() {
     exec.queue.pop_front();
     ++exec.dequeued;
     exec.lazy_now = false;  // nobody waited for it: wake the worker for the next ones
-    if (exec.queue.empty()) exec.state.fetch_and(~comm::Queue::kQueued, std::memory_order_relaxed);
+    if (exec.queue.empty()) {
+      exec.state.fetch_and(~comm::Queue::kQueued, std::memory_order_relaxed);
+      exec.wanted = false;
+    }
     ++exec.active;
     lock.unlock();
     if (comm::is_p2p(work->op.call.kind)) {
