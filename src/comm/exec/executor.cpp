@@ -140,10 +140,9 @@ std::shared_ptr<Work> Communicator::Impl::submit(const Op& op,
     // Lazy start: a polling worker finds it by itself, unless a waiter runs it first. A
     // send or receive only the worker runs; an operation queued behind one that nobody has
     // started means nobody waits for them (the caller goes on submitting).
-    const bool take_now =
-        !exec.lazy_now || comm::is_p2p(op.call.kind) ||
-        (exec.queue.size() > 1 &&
-         (exec.state.load(std::memory_order_relaxed) & comm::Queue::kOwned) == 0);
+    const bool take_now = !exec.lazy_now || comm::is_p2p(op.call.kind) ||
+                          (exec.queue.size() > 1 &&
+                           (exec.state.load(std::memory_order_relaxed) & comm::Queue::kOwned) == 0);
     if (take_now) exec.wanted = true;
     wake = config.lazy_start.count() == 0 || exec.worker_asleep || take_now;
   }
