@@ -52,6 +52,8 @@ int bench(tandem::Communicator& comm, const PerfOptions& o) {
     }
     if (o.bench == Bench::barrier) break;  // one row says it all
   }
+  if (const double gbps = runner.device_copy_gbps(); gbps > 0)
+    report.set_device_copy(o.max_bytes, gbps);
   const std::size_t wrong = report.footer();
   if (!o.json_path.empty()) report.write_json(o.json_path);
   return wrong == 0 ? 0 : 1;

@@ -160,7 +160,13 @@ std::size_t Report::footer() const {
     std::string s;
     if (rows_.empty()) s += "# no size from -b to -e holds a whole element per rank\n";
     s += fmt::format("# Out of bounds values : {} {}\n", wrong, wrong == 0 ? "OK" : "FAILED");
-    s += fmt::format("# Avg bus bandwidth : {:.4f}\n#\n", measured ? bw / measured : 0.0);
+    s += fmt::format("# Avg bus bandwidth : {:.4f}\n", measured ? bw / measured : 0.0);
+    if (copy_gbps_ > 0)
+      s += fmt::format(
+          "# Device-to-device copy of {} on rank 0's device, this run : {:.2f} GB/s (compare "
+          "busbw)\n",
+          size_text(copy_bytes_), copy_gbps_);
+    s += "#\n";
     out(s);
   }
   return wrong;

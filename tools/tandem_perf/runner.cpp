@@ -354,4 +354,12 @@ Row Runner::run(std::size_t size, DataType dtype, ReduceOp op) {
   return row;
 }
 
+double Runner::device_copy_gbps() {
+  if (!device_) return 0.0;
+  comm_.barrier();
+  const double gbps = comm_.rank() == 0 ? device_->copy_gbps(b_, a_, options_.max_bytes, 20) : 0.0;
+  comm_.barrier();
+  return gbps;
+}
+
 }  // namespace tandem::tools::perf

@@ -61,6 +61,9 @@ class Runner {
   std::size_t call_bytes(std::size_t size, DataType dtype) const;
   /// The algorithm the next runs force ("": the selector's choice).
   void set_algorithm(std::string name);
+  /// With --device: the device-to-device copy bandwidth (GB/s) of the largest size, measured
+  /// by rank 0 while the others wait (collective); 0 on host memory.
+  double device_copy_gbps();
 
  private:
   struct Shape {

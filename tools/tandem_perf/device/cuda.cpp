@@ -33,6 +33,32 @@ class CudaMemory final : public DeviceMemory {
   std::string describe() const override {
     return fmt::format("{}: {}", device_.str(), gpu::describe_device(device_.index));
   }
+  double copy_gbps(void* dst, const void* src, std::size_t bytes, int iters) override {
+    cudaEvent_t start = nullptr;
+    cudaEvent_t stop = nullptr;
+    gpu::check_cuda(cudaEventCreate(&start), "cudaEventCreate");
+    gpu::check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
+    float ms = 0;
+    try {
+      for (int i = 0; i < 2; ++i)
+        gpu::check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr),
+                        "cudaMemcpyAsync");
+      gpu::check_cuda(cudaEventRecord(start, nullptr), "cudaEventRecord");
+      for (int i = 0; i < iters; ++i)
+        gpu::check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr),
+                        "cudaMemcpyAsync");
+      gpu::check_cuda(cudaEventRecord(stop, nullptr), "cudaEventRecord");
+      gpu::check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
+      gpu::check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    } catch (...) {
+      (void)cudaEventDestroy(start);
+      (void)cudaEventDestroy(stop);
+      throw;
+    }
+    (void)cudaEventDestroy(start);
+    (void)cudaEventDestroy(stop);
+    return ms > 0 ? static_cast<double>(bytes) * iters / (static_cast<double>(ms) * 1e6) : 0.0;
+  }
 
  private:
   Device device_;

@@ -22,6 +22,10 @@ class DeviceMemory {
   virtual void download(void* host_dst, const void* device_src, std::size_t bytes) = 0;
   /// "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)", for the header.
   virtual std::string describe() const = 0;
+  /// The reference a collective's busbw is held against: `bytes` copied device to device
+  /// (`src` to `dst`, both of this device) `iters` times after two untimed copies, timed by
+  /// events; bytes per second of one copy / 1e9.
+  virtual double copy_gbps(void* dst, const void* src, std::size_t bytes, int iters) = 0;
 };
 
 /// The memory of `spec` ("cuda" or "cuda:N"; "cuda" is cuda:`local_rank`). Throws
