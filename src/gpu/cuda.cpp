@@ -54,8 +54,9 @@ Stream::~Stream() {
   if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
 }
 
-Event::Event() {
-  check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate");
+Event::Event(bool timing) {
+  check_cuda(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming),
+             "cudaEventCreate");
 }
 
 Event::~Event() {

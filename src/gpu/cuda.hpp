@@ -38,10 +38,10 @@ class Stream {
   cudaStream_t stream_ = nullptr;
 };
 
-/// An event without timing (cheapest to record and query).
+/// An event, without timing unless asked (cheapest to record and query).
 class Event {
  public:
-  Event();
+  explicit Event(bool timing = false);
   ~Event();
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;

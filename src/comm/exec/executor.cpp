@@ -365,7 +365,6 @@ void Communicator::Impl::run_if_next(const OpWork* work) {
       // the next submits wake it too (this caller did not wait for those before).
       exec.lazy_now = false;
       exec.wanted = true;
-      next = nullptr;
     } else if (exec.state.compare_exchange_strong(s, s | comm::Queue::kOwned,
                                                   std::memory_order_acquire,
                                                   std::memory_order_relaxed)) {

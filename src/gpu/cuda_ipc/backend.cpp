@@ -89,10 +89,8 @@ void Backend::run(const algorithms::Call& c) {
         break;
       case CollectiveKind::allgather:
       case CollectiveKind::allgatherv:
-        allgather(c, what);
-        break;
       case CollectiveKind::gather:
-        gather(c, what);
+        allgather(c, what);
         break;
       case CollectiveKind::scatter:
         scatter(c, what);
@@ -213,9 +211,11 @@ void Backend::broadcast(const algorithms::Call& c, const std::string& what) {
 }
 
 void Backend::allgather(const algorithms::Call& c, const std::string& what) {
-  const std::size_t es = dtype_size(c.out.dtype);
+  const std::size_t es = dtype_size(c.in.dtype);
   const int size = ctx_->size();
-  // allgather: every rank's count is in.count; allgatherv: the call's counts.
+  // allgather and gather: every rank's count is in.count; allgatherv: the call's counts.
+  // A gather is an allgather whose output only the root writes.
+  const bool writes = c.kind != CollectiveKind::gather || ctx_->rank() == c.root;
   std::vector<std::size_t> counts =
       c.kind == CollectiveKind::allgatherv
           ? std::vector<std::size_t>(c.counts.begin(), c.counts.end())
@@ -231,25 +231,9 @@ void Backend::allgather(const algorithms::Call& c, const std::string& what) {
   for (std::size_t off = 0; off < longest; off += chunk) {
     copy(ctx_->self().in(), at(c.in.data, off * es), part(ctx_->rank(), off) * es);
     ctx_->end_phase(c.deadline, what);
-    for (int p = 0; p < size; ++p)
+    for (int p = 0; writes && p < size; ++p)
       copy(at(c.out.data, (first[static_cast<std::size_t>(p)] + off) * es), ctx_->peer(p).in(),
            part(p, off) * es);
-    ctx_->end_phase(c.deadline, what);
-  }
-}
-
-void Backend::gather(const algorithms::Call& c, const std::string& what) {
-  const std::size_t es = dtype_size(c.in.dtype);
-  const std::size_t n = c.in.count;
-  const std::size_t chunk = kHalfBytes / es;
-  for (std::size_t off = 0; off < n; off += chunk) {
-    const std::size_t m = std::min(chunk, n - off);
-    copy(ctx_->self().in(), at(c.in.data, off * es), m * es);
-    ctx_->end_phase(c.deadline, what);
-    if (ctx_->rank() == c.root)
-      for (int p = 0; p < ctx_->size(); ++p)
-        copy(at(c.out.data, (static_cast<std::size_t>(p) * n + off) * es), ctx_->peer(p).in(),
-             m * es);
     ctx_->end_phase(c.deadline, what);
   }
 }

@@ -33,8 +33,8 @@ class Backend final : public comm::DeviceBackend {
   void reduce(const algorithms::Call& c, const std::string& what);
   void reduce_scatter(const algorithms::Call& c, const std::string& what);
   void broadcast(const algorithms::Call& c, const std::string& what);
+  /// allgather, allgatherv and gather.
   void allgather(const algorithms::Call& c, const std::string& what);
-  void gather(const algorithms::Call& c, const std::string& what);
   void scatter(const algorithms::Call& c, const std::string& what);
   void alltoall(const algorithms::Call& c, const std::string& what);
 

@@ -24,8 +24,6 @@ Context::Context(const comm::DeviceSetup& setup, const WaitHooks& hooks)
   if (!others.empty()) {
     pool_ = std::make_shared<transport::RegionPool>(rank_, others);
     control_ = pool_->allocate(sizeof(ControlBlock), *store, deadline, setup.check_peers);
-  } else {
-    control_ = SharedBuffer();
   }
   own_block_ = control_.data() != nullptr ? new (control_.data()) ControlBlock()
                                           : new ControlBlock();  // one rank: nobody reads it

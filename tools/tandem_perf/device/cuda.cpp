@@ -7,7 +7,9 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace tandem::tools::perf {
@@ -34,29 +36,30 @@ class CudaMemory final : public DeviceMemory {
     return fmt::format("{}: {}", device_.str(), gpu::describe_device(device_.index));
   }
   double copy_gbps(void* dst, const void* src, std::size_t bytes, int iters) override {
-    cudaEvent_t start = nullptr;
-    cudaEvent_t stop = nullptr;
-    gpu::check_cuda(cudaEventCreate(&start), "cudaEventCreate");
-    gpu::check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
-    float ms = 0;
-    try {
-      for (int i = 0; i < 2; ++i)
-        gpu::check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr),
-                        "cudaMemcpyAsync");
-      gpu::check_cuda(cudaEventRecord(start, nullptr), "cudaEventRecord");
-      for (int i = 0; i < iters; ++i)
-        gpu::check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr),
-                        "cudaMemcpyAsync");
-      gpu::check_cuda(cudaEventRecord(stop, nullptr), "cudaEventRecord");
-      gpu::check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
-      gpu::check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    } catch (...) {
-      (void)cudaEventDestroy(start);
-      (void)cudaEventDestroy(stop);
-      throw;
+    const gpu::Event start(true);
+    const gpu::Event stop(true);
+    const auto copy = [&] {
+      gpu::check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr),
+                      "cudaMemcpyAsync");
+    };
+    copy();
+    copy();
+    gpu::check_cuda(cudaEventRecord(start.get(), nullptr), "cudaEventRecord");
+    for (int i = 0; i < iters; ++i) copy();
+    gpu::check_cuda(cudaEventRecord(stop.get(), nullptr), "cudaEventRecord");
+    // Bounded: a device that does not finish is reported, not waited for forever.
+    const Deadline deadline = deadline_in(std::chrono::seconds(60));
+    cudaError_t e;
+    while ((e = cudaEventQuery(stop.get())) == cudaErrorNotReady) {
+      if (Clock::now() >= deadline)
+        TANDEM_THROW(ErrorCode::Timeout,
+                     "tandem-perf: {} device-to-device copies of {} bytes did not finish in 60 s",
+                     iters + 2, bytes);
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
-    (void)cudaEventDestroy(start);
-    (void)cudaEventDestroy(stop);
+    gpu::check_cuda(e, "the device-to-device copies");
+    float ms = 0;
+    gpu::check_cuda(cudaEventElapsedTime(&ms, start.get(), stop.get()), "cudaEventElapsedTime");
     return ms > 0 ? static_cast<double>(bytes) * iters / (static_cast<double>(ms) * 1e6) : 0.0;
   }
 
