@@ -70,6 +70,10 @@ struct Context {
   Scratch& scratch;
   /// Target chunk size for pipelining (bytes, multiple of 64).
   std::size_t chunk_bytes = 1u << 20;
+  /// Ring allreduce between ranks on shared memory runs the message in segments of this many
+  /// bytes per rank (0: one segment), both phases of a segment before the next, so that the
+  /// data stays in the cache between them.
+  std::size_t segment_bytes = 256u << 10;
   /// Set by an algorithm that hands the call to another (a direct algorithm over buffers
   /// that are not registered runs the ring): the one that actually ran, for the reports.
   const Algorithm* ran = nullptr;

@@ -31,6 +31,7 @@ struct Case {
   bool in_place = false;
   int root = 0;
   std::size_t chunk = 1u << 20;
+  std::size_t segment = 0;  // Context::segment_bytes (ring allreduce)
   std::uint64_t seq = 0;
 };
 
@@ -49,6 +50,9 @@ bool replicated(CollectiveKind k) {
 
 // Pipelining chunk sizes (bytes, multiples of 64), cycled through the cases.
 constexpr std::size_t kChunks[] = {64, 448, 4096, 1u << 20};
+// Segment sizes per rank (bytes; 0: none), cycled too: 3 against 4 chunk sizes, so every
+// pairing occurs.
+constexpr std::size_t kSegments[] = {0, 100, 1000};
 
 std::vector<Case> make_cases(CollectiveKind kind, int n) {
   std::vector<int> roots{0};
@@ -63,7 +67,17 @@ std::vector<Case> make_cases(CollectiveKind kind, int n) {
   const auto add = [&](DataType dt, ReduceOp op, std::size_t count, bool in_place, int root) {
     // At most ~8 chunks per message: enough to pipeline, few enough to stay fast.
     const std::size_t share = count * dtype_size(dt) / 8 / 64 * 64;
-    Case c{dt, op, count, in_place, root, std::max(kChunks[seq % std::size(kChunks)], share), seq};
+    // And at most ~8 segments.
+    const std::size_t seg = kSegments[seq % std::size(kSegments)];
+    const std::size_t seg_share = count * dtype_size(dt) / 8 / static_cast<std::size_t>(n);
+    Case c{dt,
+           op,
+           count,
+           in_place,
+           root,
+           std::max(kChunks[seq % std::size(kChunks)], share),
+           seg == 0 ? 0 : std::max(seg, seg_share),
+           seq};
     ++seq;
     cases.push_back(c);
   };
@@ -395,6 +409,7 @@ TEST_P(Collectives, MatchReference) {
       call.hosts = hosts.get();
       if (!alg->supports(call, n)) continue;
       algorithms::Context ctx{mesh, scratch, c.chunk};
+      ctx.segment_bytes = c.segment;
       alg->run(call, ctx);
       std::string err = rc.verify(hashes[ci][static_cast<std::size_t>(r)]);
       if (world.pending(r) != 0)
@@ -403,10 +418,10 @@ TEST_P(Collectives, MatchReference) {
       if (!err.empty()) {
         std::lock_guard lk(mu);
         if (failures.size() < 20)
-          failures.push_back(
-              fmt::format("rank {} case #{} ({} {} count {} {} root {} chunk {}): {}", r, ci,
-                          to_string(c.dt), to_string(c.op), c.count,
-                          c.in_place ? "in-place" : "out-of-place", c.root, c.chunk, err));
+          failures.push_back(fmt::format(
+              "rank {} case #{} ({} {} count {} {} root {} chunk {} segment {}): {}", r, ci,
+              to_string(c.dt), to_string(c.op), c.count, c.in_place ? "in-place" : "out-of-place",
+              c.root, c.chunk, c.segment, err));
       }
     }
     if (r == 0) ran = mine;
@@ -458,6 +473,7 @@ TEST(CollectiveSequence, MixedKindsAndAlgorithms) {
       st.c.in_place = rng() % 2 == 0;
       st.c.root = static_cast<int>(rng() % static_cast<std::uint64_t>(n));
       st.c.chunk = kChunks[rng() % std::size(kChunks)];
+      st.c.segment = kSegments[rng() % std::size(kSegments)];
       st.c.seq = seq;
       steps.push_back(st);
     }
@@ -471,6 +487,7 @@ TEST(CollectiveSequence, MixedKindsAndAlgorithms) {
         const Call call = rc.call();
         if (!st.alg->supports(call, n)) continue;  // the same decision on every rank
         algorithms::Context ctx{mesh, scratch, st.c.chunk};
+        ctx.segment_bytes = st.c.segment;
         st.alg->run(call, ctx);
         std::uint64_t hash = 0;
         if (std::string err = rc.verify(hash); !err.empty()) {
