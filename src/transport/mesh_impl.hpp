@@ -8,6 +8,7 @@
 //                      through a store
 
 #include "transport/control.hpp"
+#include "transport/cpu_spread.hpp"
 #include "transport/endpoint.hpp"
 #include "transport/mesh.hpp"
 #include "transport/regions.hpp"
@@ -21,6 +22,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <poll.h>
 #include <span>
 #include <string>
@@ -93,6 +95,9 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
   /// look at peers that left moved data: the caller checks its requests again first.
   void block(Deadline deadline);
   [[noreturn]] void throw_timeout(std::span<Request* const> rs, Clock::time_point start);
+  /// After a sched_yield() that gave this CPU away: publishes the CPU for the shm peers and
+  /// moves off it when one of them waits there too (transport/cpu_spread.hpp).
+  void spread_cpu();
 
   // ---- liveness and control (mesh_failures.cpp) ----------------------------------------
   /// Reads what the control connections have (waiting up to `timeout_ms`), then raises a
@@ -130,6 +135,7 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
   std::vector<std::unique_ptr<Endpoint>> endpoints_;
   std::vector<Endpoint*> active_;
   std::unique_ptr<shm::Context> shm_;
+  std::optional<CpuSpread> spread_;
   std::shared_ptr<RegionPool> regions_;
   std::vector<pollfd> pfds_;
   std::span<Request* const> waiting_;  ///< what the current wait()/test() waits for

@@ -4,11 +4,20 @@
 #include "core/futex.hpp"
 #include "transport/mesh_impl.hpp"
 
+#include <tandem/log.hpp>
+
 #include <fmt/ranges.h>
 
 #include <sched.h>
 
 namespace tandem::transport::detail {
+namespace {
+
+// A sched_yield() that finds no other thread to run returns in about 0.2 us; one that took
+// longer ran another thread on this CPU meanwhile.
+constexpr auto kGaveAway = std::chrono::microseconds(2);
+
+}  // namespace
 
 void MeshImpl::run_wait(std::span<Request* const> rs, Deadline deadline) {
   // Completed requests stay complete: the scan resumes at the first one still pending, so
@@ -57,10 +66,21 @@ void MeshImpl::run_wait(std::span<Request* const> rs, Deadline deadline) {
       // spin time (100 us a call instead of 7 us measured); a peer on its own core does
       // not notice a yield that finds nothing else to run.
       sched_yield();
+      if (shm_ && Clock::now() - now > kGaveAway) spread_cpu();
     } else {
       core::cpu_relax();
     }
   }
+}
+
+void MeshImpl::spread_cpu() {
+  const int cpu = ::sched_getcpu();
+  if (cpu < 0) return;
+  shm_->publish_cpu(cpu);
+  if (!shm_->peer_on_cpu(cpu)) return;
+  const int to = spread_->move_off(cpu);
+  if (to >= 0)
+    TANDEM_INFO(shm, "rank {} waited on CPU {} with a local peer; moved to CPU {}", rank_, cpu, to);
 }
 
 bool MeshImpl::progress_all() {

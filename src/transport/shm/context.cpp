@@ -174,6 +174,13 @@ void Context::ring_peers() noexcept {
   }
 }
 
+bool Context::peer_on_cpu(int cpu) const noexcept {
+  const auto v = static_cast<std::uint32_t>(cpu + 1);
+  return std::any_of(peers_.begin(), peers_.end(), [v](const Peer& p) {
+    return p.view.cpu->value.load(std::memory_order_relaxed) == v;
+  });
+}
+
 void Context::ring_self() noexcept {
   own_view_.doorbell->value.fetch_add(1, std::memory_order_release);
   core::futex_wake_all(&own_view_.doorbell->value);

@@ -71,6 +71,14 @@ class Context {
     core::futex_wait(&bell, seen, slice);
     return false;
   }
+  /// Publishes the CPU this rank's waiting thread runs on (sched_getcpu()) for its peers.
+  void publish_cpu(int cpu) noexcept {
+    const auto v = static_cast<std::uint32_t>(cpu + 1);
+    if (own_view_.cpu->value.load(std::memory_order_relaxed) != v)
+      own_view_.cpu->value.store(v, std::memory_order_relaxed);
+  }
+  /// Whether a peer last published `cpu` as the CPU it waits on.
+  bool peer_on_cpu(int cpu) const noexcept;
   /// Wakes this rank if it sleeps on its doorbell (another thread aborted the mesh).
   void ring_self() noexcept;
   /// Wakes every peer that sleeps on its doorbell, so it reads the control frame just sent

@@ -15,6 +15,7 @@ constexpr std::size_t kPage = 4096;
 constexpr std::uint32_t kSlots = 64;
 constexpr std::uint64_t kMinSlotBytes = 4 * kLine;
 constexpr std::uint64_t kMaxSlotBytes = 1ull << 30;  // SlotHeader::chunk_bytes is 32 bits
+constexpr std::size_t kWordLines = 3;                // doorbell, sleeping, cpu
 
 constexpr std::size_t round_up(std::size_t v, std::size_t a) noexcept {
   return (v + a - 1) / a * a;
@@ -24,11 +25,12 @@ std::size_t table_bytes(std::size_t channels) noexcept {
   return round_up(channels * sizeof(ChannelDesc), kLine);
 }
 std::size_t header_bytes(std::size_t channels) noexcept {
-  return round_up(sizeof(SegmentHeader) + 2 * sizeof(WordLine) + table_bytes(channels), kPage);
+  return round_up(sizeof(SegmentHeader) + kWordLines * sizeof(WordLine) + table_bytes(channels),
+                  kPage);
 }
 ChannelDesc* table(void* base) noexcept {
   return reinterpret_cast<ChannelDesc*>(static_cast<std::byte*>(base) + sizeof(SegmentHeader) +
-                                        2 * sizeof(WordLine));
+                                        kWordLines * sizeof(WordLine));
 }
 
 }  // namespace
@@ -59,6 +61,7 @@ void format_segment(void* base, int owner, std::span<const int> senders, const G
   auto* lines = reinterpret_cast<WordLine*>(h + 1);
   new (&lines[0]) WordLine{};
   new (&lines[1]) WordLine{};
+  new (&lines[2]) WordLine{};
   ChannelDesc* t = table(base);
   std::uint64_t offset = header_bytes(senders.size());
   for (std::size_t i = 0; i < senders.size(); ++i) {
@@ -91,7 +94,7 @@ SegmentView view_segment(void* base, std::size_t mapped_bytes, std::size_t file_
                  "{} channels; {} bytes, file {})",
                  name, h->owner_rank, owner, h->channel_count, h->total_bytes, file_bytes);
   auto* lines = reinterpret_cast<WordLine*>(h + 1);
-  return SegmentView{h, &lines[0], &lines[1]};
+  return SegmentView{h, &lines[0], &lines[1], &lines[2]};
 }
 
 ChannelDesc find_channel(const SegmentView& seg, std::size_t file_bytes, int sender,

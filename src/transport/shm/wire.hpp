@@ -3,7 +3,7 @@
 // doorbell and one INBOUND channel per same-host peer (the channel a sender writes lives
 // in the receiver's segment, so a receiver reads only its own memory):
 //
-//   [SegmentHeader][doorbell line][sleeping line][ChannelDesc x C, padded to a line]
+//   [SegmentHeader][doorbell line][sleeping line][cpu line][ChannelDesc x C, padded to a line]
 //   [channel 0, page aligned][channel 1]...
 //   channel: [consumed line][slot 0: SlotHeader line | data][slot 1: ...]...
 //
@@ -22,7 +22,7 @@ namespace tandem::transport::shm {
 
 inline constexpr std::size_t kLine = 64;
 inline constexpr std::uint32_t kMagic = 0x53444e54;  // "TNDS"
-inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::uint32_t kVersion = 2;
 inline constexpr std::size_t kInlineBytes = 40;
 inline constexpr std::uint32_t kMaxChannels = 4096;
 
@@ -95,6 +95,7 @@ struct SegmentView {
   SegmentHeader* header = nullptr;
   WordLine* doorbell = nullptr;
   WordLine* sleeping = nullptr;
+  WordLine* cpu = nullptr;  ///< the CPU its owner last waited on, + 1 (0: not known)
 };
 /// How much of a segment a peer maps to read its header and channel table.
 std::size_t max_header_bytes() noexcept;

@@ -1,0 +1,30 @@
+#include "transport/cpu_spread.hpp"
+
+#include <sched.h>
+
+namespace tandem::transport {
+
+int CpuSpread::move_off(int cpu) noexcept {
+  const auto now = Clock::now();
+  if (now < next_try_) return -1;
+  next_try_ = now + kRetry;
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) return -1;
+  // Bound to one CPU, or more ranks than CPUs: there is nowhere to spread to.
+  if (CPU_COUNT(&allowed) < 2 || CPU_COUNT(&allowed) < local_count_) return -1;
+  int own = -1;
+  for (int c = 0, k = 0; c < CPU_SETSIZE && own < 0; ++c)
+    if (CPU_ISSET(c, &allowed) && k++ == local_index_) own = c;
+  if (own < 0 || own == cpu) return -1;  // already on its own CPU: the peer moves
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(own, &one);
+  // The first call migrates this thread at once; the second, whose set includes the CPU it
+  // now runs on, moves nothing and leaves the scheduler free again.
+  if (::sched_setaffinity(0, sizeof one, &one) != 0) return -1;
+  ::sched_setaffinity(0, sizeof allowed, &allowed);
+  return own;
+}
+
+}  // namespace tandem::transport
