@@ -36,7 +36,8 @@ bool Endpoint::progress_sends() {
       } else {
         chunk =
             static_cast<std::size_t>(std::min<std::uint64_t>(out_.slot_bytes, r->bytes - r->done));
-        std::memcpy(ChannelView::data(s), static_cast<const std::byte*>(r->src) + r->done, chunk);
+        std::memcpy(out_.slot_data(send_slot_), static_cast<const std::byte*>(r->src) + r->done,
+                    chunk);
       }
       s->tag = r->tag;
       s->chunk_bytes = static_cast<std::uint32_t>(chunk);
@@ -72,7 +73,7 @@ bool Endpoint::progress_recvs() {
                        fmt::format("chunk of {} bytes (message {} bytes, tag {:#x}) where {} "
                                    "bytes at offset {} were due",
                                    chunk, msg, tag, expect, r->done));
-      const std::byte* data = inline_msg ? s->payload : ChannelView::data(s);
+      const std::byte* data = inline_msg ? s->payload : in_.slot_data(recv_slot_);
       auto* dst = static_cast<std::byte*>(r->dst) + r->done;
       if (r->kind == RequestKind::recv) {
         // A message larger than the last-level cache evicts its own first chunks: write it

@@ -33,10 +33,16 @@ ChannelDesc* table(void* base) noexcept {
                                         kWordLines * sizeof(WordLine));
 }
 
+// The consumed line and the slot headers, padded to a page: the data areas start there.
+std::uint64_t headers_bytes(std::uint64_t slot_count) noexcept {
+  return round_up(kLine + slot_count * kLine, kPage);
+}
+
 }  // namespace
 
 std::uint64_t Geometry::channel_bytes() const noexcept {
-  return round_up(kLine + static_cast<std::uint64_t>(slot_count) * (kLine + slot_bytes), kPage);
+  return round_up(headers_bytes(slot_count) + static_cast<std::uint64_t>(slot_count) * slot_bytes,
+                  kPage);
 }
 
 Geometry geometry_for(std::size_t buffer_bytes) noexcept {
@@ -68,8 +74,7 @@ void format_segment(void* base, int owner, std::span<const int> senders, const G
     t[i] = ChannelDesc{senders[i], g.slot_count, g.slot_bytes, offset, g.channel_bytes()};
     auto* ch = static_cast<std::byte*>(base) + offset;
     new (ch) ChannelHeader{};
-    for (std::uint32_t s = 0; s < g.slot_count; ++s)
-      new (ch + kLine + s * (kLine + g.slot_bytes)) SlotHeader{};
+    for (std::uint32_t s = 0; s < g.slot_count; ++s) new (ch + kLine + s * kLine) SlotHeader{};
     offset += g.channel_bytes();
   }
 }
@@ -107,7 +112,7 @@ ChannelDesc find_channel(const SegmentView& seg, std::size_t file_bytes, int sen
                     d.slot_bytes % kLine == 0 && d.slot_bytes <= kMaxSlotBytes &&
                     d.offset % kPage == 0 && d.offset <= file_bytes &&
                     d.bytes <= file_bytes - d.offset &&
-                    kLine + d.slot_count * (kLine + d.slot_bytes) <= d.bytes;
+                    headers_bytes(d.slot_count) + d.slot_count * d.slot_bytes <= d.bytes;
     if (!ok)
       TANDEM_THROW(ErrorCode::Internal,
                    "shared-memory segment {} has a malformed channel for rank {} ({} slots of {} "
@@ -123,7 +128,9 @@ ChannelDesc find_channel(const SegmentView& seg, std::size_t file_bytes, int sen
 
 ChannelView channel_view(void* channel_base, const ChannelDesc& d) noexcept {
   auto* ch = static_cast<std::byte*>(channel_base);
-  return ChannelView{reinterpret_cast<ChannelHeader*>(ch), ch + kLine, d.slot_count, d.slot_bytes};
+  return ChannelView{reinterpret_cast<ChannelHeader*>(ch),
+                     reinterpret_cast<SlotHeader*>(ch + kLine), ch + headers_bytes(d.slot_count),
+                     d.slot_count, d.slot_bytes};
 }
 
 }  // namespace tandem::transport::shm

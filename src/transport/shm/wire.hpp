@@ -5,12 +5,16 @@
 //
 //   [SegmentHeader][doorbell line][sleeping line][cpu line][ChannelDesc x C, padded to a line]
 //   [channel 0, page aligned][channel 1]...
-//   channel: [consumed line][slot 0: SlotHeader line | data][slot 1: ...]...
+//   channel: [consumed line][SlotHeader line x slots][pad to a page][slot 0 data][slot 1 data]...
 //
 // A slot header is exactly one cache line: seq (the ready flag), tag, sizes and up to
-// kInlineBytes of payload, so a small message costs one line transfer. Larger messages are
-// cut into slot-sized chunks; the receiver reduces or copies each one straight out of the
-// slot and then advances `consumed`, a line only it writes.
+// kInlineBytes of payload, so a small message costs one line transfer. The headers lie side
+// by side, so a stream of small messages stays within one or two pages (with each header
+// beside its slot's data, 64 slots touched 64 pages: the first lap of small messages through
+// a channel cost twice the later ones on the 2-vCPU VM, 0.5-0.6 against 0.25-0.3 us per 8 B
+// allreduce). Larger messages are cut into slot-sized chunks; the receiver reduces or copies
+// each one straight out of the slot's data and then advances `consumed`, a line only it
+// writes.
 
 #include <atomic>
 #include <cstddef>
@@ -75,14 +79,13 @@ Geometry geometry_for(std::size_t buffer_bytes) noexcept;
 /// One channel as seen through a mapping.
 struct ChannelView {
   ChannelHeader* header = nullptr;
-  std::byte* slots = nullptr;
+  SlotHeader* slots = nullptr;  ///< slot_count headers, side by side
+  std::byte* data = nullptr;    ///< slot_count data areas of slot_bytes each
   std::uint32_t slot_count = 0;
   std::uint64_t slot_bytes = 0;
 
-  SlotHeader* slot(std::uint32_t index) const noexcept {
-    return reinterpret_cast<SlotHeader*>(slots + index * (kLine + slot_bytes));
-  }
-  static std::byte* data(SlotHeader* s) noexcept { return reinterpret_cast<std::byte*>(s) + kLine; }
+  SlotHeader* slot(std::uint32_t index) const noexcept { return slots + index; }
+  std::byte* slot_data(std::uint32_t index) const noexcept { return data + index * slot_bytes; }
 };
 
 /// Total bytes of a segment with one channel per sender.
