@@ -48,17 +48,29 @@ struct Call {
   bool in_place() const noexcept { return in.data == out.data; }
 };
 
-/// Scratch memory owned by the communicator and reused across calls (never shrinks).
+/// Scratch memory owned by the communicator and reused across calls (never shrinks). Its
+/// pages are faulted in when it grows (MAP_POPULATE: one call, not a fault per page in the
+/// first collective of a new size), and it grows at least twofold.
 class Scratch {
  public:
-  /// At least `bytes` bytes, 64-byte aligned; valid until the next call to get().
-  std::byte* get(std::size_t bytes);
+  Scratch() noexcept = default;
+  ~Scratch();
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+
+  /// At least `bytes` bytes, page aligned; valid until the next call to get().
+  std::byte* get(std::size_t bytes) {
+    if (bytes > size_ || data_ == nullptr) grow(bytes);
+    return data_;
+  }
+  /// Makes the next get() of up to `bytes` free of allocation and page faults.
+  void reserve(std::size_t bytes) {
+    if (bytes > size_) grow(bytes);
+  }
 
  private:
-  struct Free {
-    void operator()(std::byte* p) const noexcept;
-  };
-  std::unique_ptr<std::byte, Free> data_;
+  void grow(std::size_t bytes);
+  std::byte* data_ = nullptr;
   std::size_t size_ = 0;
 };
 

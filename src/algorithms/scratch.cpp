@@ -1,31 +1,29 @@
 #include "algorithms/algorithm.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <new>
+#include <sys/mman.h>
 
 namespace tandem::algorithms {
 
 namespace {
-constexpr std::size_t kAlign = 64;
+constexpr std::size_t kPage = 4096;
 }
 
-void Scratch::Free::operator()(std::byte* p) const noexcept {
-  std::free(p);
+Scratch::~Scratch() {
+  if (data_ != nullptr) ::munmap(data_, size_);
 }
 
-std::byte* Scratch::get(std::size_t bytes) {
-  if (bytes <= size_ && data_) return data_.get();
-  // Grow geometrically so that a sequence of slightly larger calls does not reallocate
-  // every time; aligned_alloc needs a multiple of the alignment.
-  std::size_t want = std::max(bytes, size_ + size_ / 2);
-  want = (want + kAlign - 1) / kAlign * kAlign;
-  if (want == 0) want = kAlign;
-  void* p = std::aligned_alloc(kAlign, want);
-  if (p == nullptr) throw std::bad_alloc();
-  data_.reset(static_cast<std::byte*>(p));
+void Scratch::grow(std::size_t bytes) {
+  // Twofold, so that a sequence of slightly larger calls does not map again every time.
+  std::size_t want = std::max({bytes, 2 * size_, kPage});
+  want = (want + kPage - 1) / kPage * kPage;
+  void* p = ::mmap(nullptr, want, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  if (data_ != nullptr) ::munmap(data_, size_);
+  data_ = static_cast<std::byte*>(p);
   size_ = want;
-  return data_.get();
 }
 
 }  // namespace tandem::algorithms

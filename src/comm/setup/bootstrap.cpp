@@ -3,6 +3,7 @@
 #include "comm/choice/tuning.hpp"
 #include "comm/impl.hpp"
 #include "core/net.hpp"
+#include "core/prefault.hpp"
 #include "core/reduce.hpp"
 #include "core/trace.hpp"
 
@@ -31,6 +32,9 @@ std::chrono::milliseconds timeout_from(const CommOptions& o) {
 }
 
 namespace {
+
+// Scratch mapped at setup (Communicator::Impl::scratch): covers the small and medium calls.
+constexpr std::size_t kScratchReserve = 256u << 10;
 
 transport::MeshOptions mesh_options(const CommOptions& o, std::chrono::milliseconds timeout) {
   transport::MeshOptions m;
@@ -251,6 +255,10 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
   // hypervisor in a VM): paid here, not by the first reduction of 8 elements or more, which
   // took 40 us instead of 1 on the 2-core VM.
   (void)core::kernel_target();
+  core::prefault_library_code();
+  // Scratch for the calls up to a few hundred KiB, mapped and faulted in here rather than by
+  // the first call of each larger size.
+  impl->scratch.reserve(kScratchReserve);
   impl->config.verify_calls = log::enabled(log::Level::detail, log::Subsys::coll);
   const auto& reg = algorithms::Registry::builtin();
   if (options.algorithm) {

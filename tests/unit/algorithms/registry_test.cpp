@@ -257,18 +257,25 @@ TEST(Fingerprint, SendMatchesRecv) {
             fingerprint(CollectiveKind::send, DataType::u8, 65, 1, 42));
 }
 
-TEST(Scratch, AlignedAndReused) {
+// Page-aligned, kept while big enough (never shrinks), grown at least twofold, and a reserve()
+// makes the next get() of that size return the reserved memory (no mapping in a collective).
+TEST(Scratch, AlignedReusedAndReserved) {
   Scratch s;
   std::byte* a = s.get(100);
   ASSERT_NE(a, nullptr);
-  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a) % 64, 0u);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a) % 4096, 0u);
   a[99] = std::byte{1};
-  EXPECT_EQ(s.get(50), a);  // never shrinks: the same block
+  EXPECT_EQ(s.get(50), a);
+  EXPECT_EQ(s.get(4096), a) << "a get() that fits must not map again";
+  s.reserve(1 << 20);
   std::byte* b = s.get(1 << 20);
-  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b) % 64, 0u);
-  b[(1 << 20) - 1] = std::byte{2};
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b) % 4096, 0u);
+  b[(1 << 20) - 1] = std::byte{2};  // writable to its end
   EXPECT_EQ(s.get(1000), b);
   EXPECT_NE(s.get(0), nullptr);
+  std::byte* c = s.get((1 << 20) + 1);
+  EXPECT_NE(c, b);
+  EXPECT_EQ(s.get(2 << 20), c) << "growth must be at least twofold";
 }
 
 }  // namespace
