@@ -1,8 +1,16 @@
 #include "transport/cpu_spread.hpp"
 
+#include <atomic>
 #include <sched.h>
 
 namespace tandem::transport {
+namespace {
+std::atomic<int> g_moves{0};
+}
+
+int CpuSpread::moves() noexcept {
+  return g_moves.load(std::memory_order_relaxed);
+}
 
 int CpuSpread::move_off(int cpu) noexcept {
   const auto now = Clock::now();
@@ -24,6 +32,7 @@ int CpuSpread::move_off(int cpu) noexcept {
   // now runs on, moves nothing and leaves the scheduler free again.
   if (::sched_setaffinity(0, sizeof one, &one) != 0) return -1;
   ::sched_setaffinity(0, sizeof allowed, &allowed);
+  g_moves.fetch_add(1, std::memory_order_relaxed);
   return own;
 }
 

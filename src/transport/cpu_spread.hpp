@@ -26,6 +26,9 @@ class CpuSpread {
 
   static constexpr Clock::duration kRetry = std::chrono::milliseconds(20);
 
+  /// Moves made so far by this process (all communicators), for tests and reports.
+  static int moves() noexcept;
+
  private:
   int local_index_;
   int local_count_;
