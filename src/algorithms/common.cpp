@@ -21,7 +21,7 @@ std::vector<std::size_t> prefix_offsets(std::span<const std::size_t> counts) {
 }
 
 Batch::~Batch() {
-  const bool in_flight = std::any_of(reqs_.begin(), reqs_.end(),
+  const bool in_flight = std::any_of(reqs_, reqs_ + capacity_,
                                      [](const Request& r) { return r.peer >= 0 && !r.complete; });
   if (in_flight && mesh_.error() == nullptr)
     mesh_.abort(Error(ErrorCode::Aborted, "a collective failed with requests still in flight"));
@@ -31,12 +31,15 @@ void wait_all(transport::Mesh& mesh, std::initializer_list<Batch*> batches, Dead
   std::size_t total = 0;
   for (const Batch* b : batches) total += b->size();
   if (total == 0) return;
-  std::vector<Request*> ps;
-  ps.reserve(total);
-  for (Batch* b : batches)
-    for (Request& r : b->reqs_)
-      if (r.peer >= 0) ps.push_back(&r);
-  mesh.wait(ps, deadline);
+  // On the stack for small collectives (no allocation on their path).
+  std::array<Request*, 16> few;
+  std::vector<Request*> many(total > few.size() ? total : 0);
+  Request** ps = many.empty() ? few.data() : many.data();
+  std::size_t k = 0;
+  for (const Batch* b : batches)
+    for (std::size_t i = 0; i < b->capacity_; ++i)
+      if (b->reqs_[i].peer >= 0) ps[k++] = &b->reqs_[i];
+  mesh.wait(std::span<Request* const>(ps, k), deadline);
 }
 
 void sendrecv(transport::Mesh& mesh, Request& send, Request& recv, Deadline deadline) {

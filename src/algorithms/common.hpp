@@ -13,7 +13,9 @@
 #include <cstddef>
 #include <cstring>
 #include <initializer_list>
+#include <memory>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 namespace tandem::algorithms::detail {
@@ -80,9 +82,11 @@ std::vector<std::size_t> prefix_offsets(std::span<const std::size_t> counts);
 struct BinomialNode {
   int parent = -1;  ///< relative rank, -1 at the root
   int nchildren = 0;
-  std::array<int, 32> children{};  ///< relative ranks, smallest subtree first
-  std::array<int, 32> subtree{};   ///< number of ranks under each child (itself included)
-  int size = 1;                    ///< ranks in this node's subtree, itself included
+  // Only the first nchildren entries are set (not zeroed: that was a fifth of an 8 B
+  // broadcast's time on its root).
+  std::array<int, 32> children;  ///< relative ranks, smallest subtree first
+  std::array<int, 32> subtree;   ///< number of ranks under each child (itself included)
+  int size = 1;                  ///< ranks in this node's subtree, itself included
 };
 
 inline BinomialNode binomial_node(int vr, int n) noexcept {
@@ -107,7 +111,15 @@ inline BinomialNode binomial_node(int vr, int n) noexcept {
 /// transport drops them before their memory goes away.
 class Batch {
  public:
-  Batch(transport::Mesh& mesh, std::size_t capacity) : mesh_(mesh), reqs_(capacity) {}
+  Batch(transport::Mesh& mesh, std::size_t capacity)
+      : mesh_(mesh),
+        capacity_(capacity),
+        heap_(capacity > kInline ? std::make_unique<Request[]>(capacity) : nullptr),
+        reqs_(heap_ ? heap_.get() : reinterpret_cast<Request*>(inline_)) {
+    // The few requests of a small collective live here, not on the heap: no allocation on
+    // the small-message path.
+    if (!heap_) std::uninitialized_default_construct_n(reqs_, capacity_);
+  }
   ~Batch();
   Batch(const Batch&) = delete;
   Batch& operator=(const Batch&) = delete;
@@ -116,8 +128,8 @@ class Batch {
   Request& post(const Request& r) { return post_at(next_, r); }
   /// Posts `r` in slot `i` (for batches filled out of order).
   Request& post_at(std::size_t i, const Request& r) {
-    TANDEM_CHECK(i < reqs_.size() && reqs_[i].peer < 0, "request slot {} of {} unusable", i,
-                 reqs_.size());
+    TANDEM_CHECK(i < capacity_ && reqs_[i].peer < 0, "request slot {} of {} unusable", i,
+                 capacity_);
     reqs_[i] = r;
     mesh_.post(reqs_[i]);
     next_ = std::max(next_, i + 1);
@@ -131,8 +143,13 @@ class Batch {
 
  private:
   friend void wait_all(transport::Mesh&, std::initializer_list<Batch*>, Deadline);
+  static constexpr std::size_t kInline = 4;
+  static_assert(std::is_trivially_destructible_v<Request>);
   transport::Mesh& mesh_;
-  std::vector<Request> reqs_;  // never resized: posted requests must not move
+  std::size_t capacity_;
+  std::unique_ptr<Request[]> heap_;  // never resized: posted requests must not move
+  alignas(Request) std::byte inline_[kInline * sizeof(Request)];
+  Request* reqs_;
   std::size_t next_ = 0;
 };
 
