@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <linux/futex.h>
+#include <linux/membarrier.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -32,6 +33,28 @@ inline void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
 inline void futex_wake_all(std::atomic<std::uint32_t>* word) noexcept {
   ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr,
             nullptr, 0);
+}
+
+/// Asymmetric fences (membarrier(2), Linux 4.16+). In a Dekker pair (publish, then look at
+/// the other side's flag) a full fence costs about 40 ns on the hot side (a fifth of an 8 B
+/// broadcast on the 2-vCPU VM). When both processes registered, the hot side may use a
+/// compiler barrier only and the cold side (a rank about to sleep) calls heavy_fence(), which
+/// makes every thread of every registered process pass a full barrier. Registers this
+/// process on the first call; true when it is registered and heavy_fence() works.
+inline bool asymmetric_fences() noexcept {
+  static const bool ready = [] {
+    const long cmds = ::syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    constexpr long kNeed =
+        MEMBARRIER_CMD_GLOBAL_EXPEDITED | MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED;
+    return cmds >= 0 && (cmds & kNeed) == kNeed &&
+           ::syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
+  }();
+  return ready;
+}
+
+/// The cold side's fence of an asymmetric pair (only when asymmetric_fences() is true).
+inline void heavy_fence() noexcept {
+  ::syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0);
 }
 
 /// The body of a spin loop: tells the core that this is a busy wait.

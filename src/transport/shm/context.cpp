@@ -107,9 +107,14 @@ Context::Context(int rank, std::vector<int> senders, std::size_t buffer_bytes,
   own_ = Mapping(p, bytes);
   format_segment(p, rank_, senders_, g);
   own_view_ = view_segment(p, bytes, bytes, rank_, name_);
+  asymmetric_ = core::asymmetric_fences();
+  own_view_.header->asymmetric = asymmetric_ ? 1 : 0;
   ok = true;
-  TANDEM_DETAIL(shm, "created segment {} ({} bytes: {} channels of {} slots x {} bytes)", name_,
-                bytes, senders_.size(), g.slot_count, g.slot_bytes);
+  TANDEM_DETAIL(shm,
+                "created segment {} ({} bytes: {} channels of {} slots x {} bytes; asymmetric "
+                "fences: {})",
+                name_, bytes, senders_.size(), g.slot_count, g.slot_bytes,
+                asymmetric_ ? "yes" : "no (membarrier unavailable)");
 }
 
 Context::~Context() {
@@ -162,7 +167,8 @@ std::unique_ptr<transport::Endpoint> Context::make_endpoint(int peer,
     const ChannelView inbound =
         channel_view(static_cast<std::byte*>(own_.data()) + desc.offset, desc);
     return std::make_unique<Endpoint>(peer, failures, p.outbound, inbound,
-                                      Wake{&p.view.doorbell->value, &p.view.sleeping->value});
+                                      Wake{&p.view.doorbell->value, &p.view.sleeping->value,
+                                           asymmetric_ && p.view.header->asymmetric == 1});
   }
   TANDEM_THROW(ErrorCode::Internal, "no shared-memory segment attached for rank {}", peer);
 }

@@ -62,7 +62,10 @@ class Context {
     auto& sleeping = own_view_.sleeping->value;
     const std::uint32_t seen = bell.load(std::memory_order_acquire);
     sleeping.store(1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (asymmetric_)
+      core::heavy_fence();
+    else
+      std::atomic_thread_fence(std::memory_order_seq_cst);
     struct Awake {
       std::atomic<std::uint32_t>& flag;
       ~Awake() { flag.store(0, std::memory_order_relaxed); }
@@ -97,6 +100,7 @@ class Context {
   };
 
   int rank_;
+  bool asymmetric_ = false;  ///< core::asymmetric_fences(), published in the segment header
   std::vector<int> senders_;
   std::string name_;
   Mapping own_;

@@ -96,9 +96,13 @@ bool Endpoint::progress_recvs() {
 }
 
 // Pairs with Context::sleep(): the peer announces `sleeping`, fences, then checks for
-// work; we publish, fence, then check `sleeping`. One of the two sees the other.
+// work; we publish, fence, then check `sleeping`. One of the two sees the other. With
+// asymmetric fences the peer's heavy_fence() stands for ours too.
 void Endpoint::wake_peer() noexcept {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (wake_.asymmetric)
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  else
+    std::atomic_thread_fence(std::memory_order_seq_cst);
   if (wake_.sleeping->load(std::memory_order_relaxed) != 0) {
     wake_.doorbell->fetch_add(1, std::memory_order_release);
     core::futex_wake_all(wake_.doorbell);

@@ -13,6 +13,7 @@ namespace tandem::transport::shm {
 struct Wake {
   std::atomic<std::uint32_t>* doorbell = nullptr;
   std::atomic<std::uint32_t>* sleeping = nullptr;
+  bool asymmetric = false;  ///< both sides use asymmetric fences: no full fence here
 };
 
 class Endpoint final : public transport::Endpoint {

@@ -37,6 +37,10 @@ struct alignas(kLine) SegmentHeader {
   std::uint32_t channel_count;
   std::uint64_t total_bytes;
   std::atomic<std::uint32_t> mappers;  ///< peers that mapped it; the last one unlinks the name
+  /// 1: its owner is registered for asymmetric fences (core::asymmetric_fences()) and fences
+  /// with heavy_fence() before it sleeps, so a peer that is registered too may wake it
+  /// without a full fence of its own.
+  std::uint32_t asymmetric;
 };
 
 /// A futex word or flag alone on its cache line.
