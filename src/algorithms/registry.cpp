@@ -20,7 +20,12 @@ namespace {
 // per size class (size_class()), which must not straddle a crossover. From the *DirectBytes
 // up, "direct" asks whether the buffers are registered (one small message) and runs one-copy
 // when they are, as a ring otherwise (allreduce/direct.cpp).
-constexpr std::size_t kAllreduceSmallBytes = 16u << 10;      // below: recursive_doubling
+constexpr std::size_t kAllreduceSmallBytes = 16u << 10;  // below: recursive_doubling
+// On 2 ranks recursive doubling is one exchange of the whole vector, the ring two of halves:
+// `tandem-perf --tune` (3 runs, shm, 2026-11-26) had recursive doubling 1.45x faster at 16 and
+// 32 KiB in every run (2.6 against 3.8 us, 3.8 against 5.5), and within 2-7 % at 64-128 KiB;
+// over TCP it was level at 16 KiB and 27 % slower at 64 KiB (docs/tuning.md).
+constexpr std::size_t kAllreduceSmallBytesTwoRanks = 64u << 10;
 constexpr std::size_t kAllreduceDirectBytes = 1u << 20;      // from here: direct
 constexpr std::size_t kBroadcastSmallBytes = 64u << 10;      // below: tree
 constexpr std::size_t kBroadcastDirectBytes = 1u << 20;      // from here: direct
@@ -34,12 +39,16 @@ constexpr int kGatherBinomialMinWorld = 8;                   // fewer ranks: lin
 // On 2 ranks reduce's ring (an exchange of halves, then a send to the root) lost to tree
 // (one send) at every size from 64 KiB to 16 MiB, by 1.3-4x, over shared memory and TCP.
 constexpr int kReduceTreeOnlyMaxWorld = 2;
-static_assert(
-    std::has_single_bit(kAllreduceSmallBytes) && std::has_single_bit(kAllreduceDirectBytes) &&
-    std::has_single_bit(kBroadcastDirectBytes) && std::has_single_bit(kAllgatherDirectBytes) &&
-    std::has_single_bit(kReduceScatterDirectBytes) && std::has_single_bit(kBroadcastSmallBytes) &&
-    std::has_single_bit(kReduceSmallBytes) && std::has_single_bit(kAllgatherSmallBytes) &&
-    std::has_single_bit(kReduceScatterSmallBytes) && std::has_single_bit(kGatherSmallBytes));
+static_assert(std::has_single_bit(kAllreduceSmallBytes) &&
+              std::has_single_bit(kAllreduceSmallBytesTwoRanks) &&
+              std::has_single_bit(kAllreduceDirectBytes) &&
+              std::has_single_bit(kBroadcastDirectBytes) &&
+              std::has_single_bit(kAllgatherDirectBytes) &&
+              std::has_single_bit(kReduceScatterDirectBytes) &&
+              std::has_single_bit(kBroadcastSmallBytes) && std::has_single_bit(kReduceSmallBytes) &&
+              std::has_single_bit(kAllgatherSmallBytes) &&
+              std::has_single_bit(kReduceScatterSmallBytes) &&
+              std::has_single_bit(kGatherSmallBytes));
 
 bool iequal(std::string_view a, std::string_view b) noexcept {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
@@ -70,7 +79,8 @@ Names preference(const Call& call, int world) noexcept {
   const std::size_t bytes = detail::call_bytes(call);
   switch (call.kind) {
     case CollectiveKind::allreduce:
-      if (bytes < kAllreduceSmallBytes) return Names(kRdRing);
+      if (bytes < (world == 2 ? kAllreduceSmallBytesTwoRanks : kAllreduceSmallBytes))
+        return Names(kRdRing);
       // Across hosts the links between them are the bottleneck: keep traffic inside a host
       // where there is a host to keep it in (hierarchical supports() only such layouts).
       if (call.hosts != nullptr && call.hosts->spans_hosts()) return Names(kHierRing);
