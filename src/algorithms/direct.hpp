@@ -3,24 +3,31 @@
 // is reached through shared memory, and the all-to-all of small messages by which the ranks
 // tell each other where their buffers lie and sync between phases.
 
+#include "algorithms/cma.hpp"
 #include "algorithms/common.hpp"
 #include "transport/regions.hpp"
 
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <unistd.h>
 #include <vector>
 
 namespace tandem::algorithms::detail {
 
-/// Where one rank's buffers lie; region 0: not registered. Fits a shm slot's inline payload.
+/// Where one rank's buffers lie; region 0: not registered. Also its pid, its input's address
+/// and whether it may use cross-memory attach (algorithms/cma.hpp), for the reads of
+/// unregistered inputs. Fits a shm slot's inline payload (40 bytes).
 struct Where {
   std::uint32_t in_region = 0;
   std::uint32_t out_region = 0;
   std::uint64_t in_offset = 0;
   std::uint64_t out_offset = 0;
+  std::uint64_t in_address = 0;
+  std::int32_t pid = 0;
+  std::uint32_t cma = 0;  ///< 1: this rank may read peers with CMA (cma_usable())
 };
-static_assert(sizeof(Where) == 24);
+static_assert(sizeof(Where) == 40);
 
 /// True when every peer is reached through shared memory (then all ranks see the same).
 inline bool all_shm(const transport::Mesh& mesh) noexcept {
@@ -64,22 +71,40 @@ inline const std::byte* peer_buffer(const transport::Mesh& mesh, int peer, std::
 }
 
 /// Tells every rank where this rank's input (and, with `with_out`, its output) lies and
-/// learns where theirs do: every rank's Where, indexed by rank, when all of them lie in the
-/// same registered regions, else nullopt. Every rank gets the same answer from the same
-/// facts, so all run one-copy or all run the ring.
-inline std::optional<std::vector<Where>> exchange_regions(const Call& call, transport::Mesh& mesh,
-                                                          bool with_out) {
+/// learns where theirs do: every rank's Where, indexed by rank.
+inline std::vector<Where> exchange_where(const Call& call, transport::Mesh& mesh, bool with_out) {
   const transport::RegionSpot in = spot_of(mesh, call.in.data, call.in.bytes());
   const transport::RegionSpot out =
       with_out ? spot_of(mesh, call.out.data, call.out.bytes()) : transport::RegionSpot{};
-  const Where self{in.region, out.region, in.offset, out.offset};
+  const Where self{in.region,
+                   out.region,
+                   in.offset,
+                   out.offset,
+                   reinterpret_cast<std::uintptr_t>(call.in.data),
+                   static_cast<std::int32_t>(::getpid()),
+                   cma_usable() ? 1u : 0u};
   std::vector<Where> where(static_cast<std::size_t>(mesh.size()));
   exchange(call, mesh, &self, sizeof self, reinterpret_cast<std::byte*>(where.data()));
   where[static_cast<std::size_t>(mesh.rank())] = self;
+  return where;
+}
+
+/// Whether every rank's input (and, with `with_out`, output) lies in the same registered
+/// regions. Every rank gets the same answer from the same facts, so all run one-copy or none.
+inline bool all_registered(const std::vector<Where>& where, int rank, bool with_out) noexcept {
+  const Where& self = where[static_cast<std::size_t>(rank)];
   for (const Where& w : where) {
-    if (w.in_region == 0 || w.in_region != self.in_region) return std::nullopt;
-    if (with_out && (w.out_region == 0 || w.out_region != self.out_region)) return std::nullopt;
+    if (w.in_region == 0 || w.in_region != self.in_region) return false;
+    if (with_out && (w.out_region == 0 || w.out_region != self.out_region)) return false;
   }
+  return true;
+}
+
+/// Every rank's Where when all buffers are registered (see all_registered), else nullopt.
+inline std::optional<std::vector<Where>> exchange_regions(const Call& call, transport::Mesh& mesh,
+                                                          bool with_out) {
+  auto where = exchange_where(call, mesh, with_out);
+  if (!all_registered(where, mesh.rank(), with_out)) return std::nullopt;
   return where;
 }
 

@@ -26,12 +26,18 @@ constexpr std::size_t kAllreduceSmallBytes = 16u << 10;  // below: recursive_dou
 // 32 KiB in every run (2.6 against 3.8 us, 3.8 against 5.5), and within 2-7 % at 64-128 KiB;
 // over TCP it was level at 16 KiB and 27 % slower at 64 KiB (docs/tuning.md).
 constexpr std::size_t kAllreduceSmallBytesTwoRanks = 64u << 10;
-constexpr std::size_t kAllreduceDirectBytes = 1u << 20;      // from here: direct
-constexpr std::size_t kBroadcastSmallBytes = 64u << 10;      // below: tree
-constexpr std::size_t kBroadcastDirectBytes = 1u << 20;      // from here: direct
-constexpr std::size_t kReduceSmallBytes = 64u << 10;         // below: tree
-constexpr std::size_t kAllgatherSmallBytes = 64u << 10;      // result size; below: log-step ones
-constexpr std::size_t kAllgatherDirectBytes = 1u << 20;      // result size; from here: direct
+constexpr std::size_t kAllreduceDirectBytes = 1u << 20;  // from here: direct
+// From here: direct (one copy: from a registered source's mapping, else by cross-memory attach
+// below 1 MiB, broadcast/direct.cpp). Measured on 2 ranks (tandem-perf -n 1000, 2026-11-26):
+// 64 KiB 3.3 against the ring's 3.7-4.2 us, 256 KiB 9.0 against 13-16, 512 KiB 16.6 against
+// 23-34; level at 32 KiB.
+constexpr std::size_t kBroadcastDirectBytes = 64u << 10;
+constexpr std::size_t kReduceSmallBytes = 64u << 10;  // below: tree
+// Result size; from here: direct (one copy from each peer's input: mapped when registered,
+// else by cross-memory attach). Measured on 2 ranks: 16 KiB 1.85 against recursive doubling's
+// 2.52 us, 128 KiB 4.9 against the ring's 9.1, 1 MiB 43 against 78; at 8 KiB the ring's 1.6
+// against 1.7.
+constexpr std::size_t kAllgatherDirectBytes = 16u << 10;
 constexpr std::size_t kReduceScatterSmallBytes = 64u << 10;  // input size; below: recursive_halving
 constexpr std::size_t kReduceScatterDirectBytes = 1u << 20;  // input size; from here: direct
 constexpr std::size_t kGatherSmallBytes = 4u << 10;          // block size; below: binomial
@@ -45,8 +51,7 @@ static_assert(std::has_single_bit(kAllreduceSmallBytes) &&
               std::has_single_bit(kBroadcastDirectBytes) &&
               std::has_single_bit(kAllgatherDirectBytes) &&
               std::has_single_bit(kReduceScatterDirectBytes) &&
-              std::has_single_bit(kBroadcastSmallBytes) && std::has_single_bit(kReduceSmallBytes) &&
-              std::has_single_bit(kAllgatherSmallBytes) &&
+              std::has_single_bit(kReduceSmallBytes) &&
               std::has_single_bit(kReduceScatterSmallBytes) &&
               std::has_single_bit(kGatherSmallBytes));
 
@@ -86,14 +91,12 @@ Names preference(const Call& call, int world) noexcept {
       if (call.hosts != nullptr && call.hosts->spans_hosts()) return Names(kHierRing);
       return bytes >= kAllreduceDirectBytes ? Names(kDirectRing) : Names(kRingRab);
     case CollectiveKind::broadcast:
-      if (bytes >= kBroadcastDirectBytes) return Names(kDirectRingTree);
-      return bytes < kBroadcastSmallBytes ? Names(kTreeRing) : Names(kRingTree);
+      return bytes >= kBroadcastDirectBytes ? Names(kDirectRingTree) : Names(kTreeRing);
     case CollectiveKind::reduce:
       return bytes < kReduceSmallBytes || world <= kReduceTreeOnlyMaxWorld ? Names(kTreeRing)
                                                                            : Names(kRingTree);
     case CollectiveKind::allgather:
-      if (bytes >= kAllgatherDirectBytes) return Names(kDirectRingOnly);
-      return bytes < kAllgatherSmallBytes ? Names(kSmallAllgather) : Names(kRing);
+      return bytes >= kAllgatherDirectBytes ? Names(kDirectRingOnly) : Names(kSmallAllgather);
     case CollectiveKind::reduce_scatter:
       if (bytes >= kReduceScatterDirectBytes) return Names(kDirectRingOnly);
       return bytes < kReduceScatterSmallBytes ? Names(kRhRing) : Names(kRing);

@@ -73,7 +73,9 @@ TEST(Trace, MergedTimelineHasOneTrackPerRankWithEveryCall) {
         std::vector<float> grads(1024, 1.0f);
         comm->allreduce(BufferView::of(std::span<float>(grads)), ReduceOp::sum);  // #0
         std::vector<std::int32_t> ids(16, ctx.rank);
-        CallOptions direct;  // over memory that is not registered: runs the ring
+        // Over memory that is not registered, with cross-memory attach off (TANDEM_CMA=0
+        // below): runs the ring.
+        CallOptions direct;
         direct.algorithm = "direct";
         comm->broadcast(BufferView::of(std::span<std::int32_t>(ids)), 1, direct);  // #1
         std::vector<double> mine(4, ctx.rank), all(4 * kRanks);
@@ -104,7 +106,7 @@ TEST(Trace, MergedTimelineHasOneTrackPerRankWithEveryCall) {
         EXPECT_EQ(ids[0], 1);
         EXPECT_EQ(in[0], 1);
       },
-      run_options("shm", {"TANDEM_TRACE=" + file.string()}));
+      run_options("shm", {"TANDEM_TRACE=" + file.string(), "TANDEM_CMA=0"}));
   testing::expect_all_ok(exits);
   const json trace = merged_trace(file, kRanks);
 

@@ -129,7 +129,9 @@ TEST(DefaultChoice, PicksBySize) {
   EXPECT_EQ(pick(CollectiveKind::allreduce, 1024 * 1024, 3), "direct");
   EXPECT_EQ(pick(CollectiveKind::allreduce, 64 << 20, 3), "direct");
   EXPECT_EQ(pick(CollectiveKind::broadcast, 1024, 5), "tree");
-  EXPECT_EQ(pick(CollectiveKind::broadcast, (1 << 20) - 4, 5), "ring");
+  EXPECT_EQ(pick(CollectiveKind::broadcast, (64 << 10) - 4, 5), "tree");
+  // From 64 KiB: one copy (mapped when registered, else cross-memory attach below 1 MiB).
+  EXPECT_EQ(pick(CollectiveKind::broadcast, 64 << 10, 5), "direct");
   EXPECT_EQ(pick(CollectiveKind::broadcast, 1 << 20, 5), "direct");
   EXPECT_EQ(pick(CollectiveKind::reduce, 1024, 5), "tree");
   EXPECT_EQ(pick(CollectiveKind::reduce, 1 << 20, 5), "ring");
@@ -137,7 +139,9 @@ TEST(DefaultChoice, PicksBySize) {
   // Power-of-two-only algorithms fall back on other world sizes.
   EXPECT_EQ(pick(CollectiveKind::allgather, 1024, 4), "recursive_doubling");
   EXPECT_EQ(pick(CollectiveKind::allgather, 1020, 3), "bruck");
-  EXPECT_EQ(pick(CollectiveKind::allgather, 512 << 10, 4), "ring");
+  EXPECT_EQ(pick(CollectiveKind::allgather, (16 << 10) - 4, 4), "recursive_doubling");
+  // From 16 KiB of result: one copy from each peer's input (mapped or cross-memory attach).
+  EXPECT_EQ(pick(CollectiveKind::allgather, 16 << 10, 4), "direct");
   EXPECT_EQ(pick(CollectiveKind::allgather, 4 << 20, 4), "direct");
   EXPECT_EQ(pick(CollectiveKind::reduce_scatter, 1024, 8), "recursive_halving");
   EXPECT_EQ(pick(CollectiveKind::reduce_scatter, 1020, 6), "ring");

@@ -167,6 +167,7 @@ TEST(Settings, DeclaresExactlyTheDocumentedNamesTypesAndDefaults) {
       {"TANDEM_SOCKET_IFNAME", {Type::string, ""}},
       {"TANDEM_BUFFSIZE", {Type::bytes, "4M"}},
       {"TANDEM_CHUNK_SIZE", {Type::bytes, "1M"}},
+      {"TANDEM_CMA", {Type::boolean, "1"}},
       {"TANDEM_CUDA_LIBRARY", {Type::string, ""}},
       {"TANDEM_GPU_TRANSPORT", {Type::choice, "auto"}},
       {"TANDEM_SHM_DISABLE", {Type::boolean, "0"}},

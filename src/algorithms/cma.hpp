@@ -1,0 +1,22 @@
+#pragma once
+// Cross-memory attach (process_vm_readv, Linux 3.2+): a rank copies a same-host peer's plain,
+// unregistered buffer straight into its own, one copy, where the shared-memory transport needs
+// two (into a slot, out of it). The kernel allows it where the reader may ptrace the peer
+// (the same user and Yama's ptrace_scope 0, or CAP_SYS_PTRACE); tandem never changes that.
+// A read the kernel refuses turns CMA off for this process, and the direct algorithms then
+// fall back as for unregistered buffers without it. TANDEM_CMA=0 turns it off from the start.
+
+#include <cstddef>
+
+namespace tandem::algorithms::detail {
+
+/// Whether this process may try CMA (TANDEM_CMA, and no read refused so far).
+bool cma_usable() noexcept;
+/// Turns CMA off for this process (after a refusal; tests).
+void cma_disable() noexcept;
+/// Copies `bytes` from `remote` in process `pid` into `dst`. False when the kernel refuses or
+/// cannot complete it (then CMA is off for this process from now on); `dst` is then partly
+/// written at most.
+bool cma_read(int pid, void* dst, const void* remote, std::size_t bytes) noexcept;
+
+}  // namespace tandem::algorithms::detail

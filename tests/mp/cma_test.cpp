@@ -1,0 +1,169 @@
+// Broadcast and allgather of plain (unregistered) buffers read with cross-memory attach
+// (algorithms/cma.hpp): every size across the thresholds, in place and out of place, every root,
+// against a reference; a rank with CMA off makes every rank agree on the ring (allgather, or a
+// broadcast from it) or asks for the data (a broadcast to it); and a read the kernel refuses
+// (a non-dumpable peer, a reader without CAP_SYS_PTRACE) falls back to sending that block and
+// turns CMA off on the reader.
+
+#include "algorithms/cma.hpp"
+
+#include "mp_util.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <linux/capability.h>
+#include <string>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <vector>
+
+namespace tandem::mptest {
+namespace {
+
+// Element counts (f32) around the thresholds: 16 KiB of allgather result, 64 KiB and 1 MiB
+// of broadcast, awkward and not.
+const std::size_t kCounts[] = {1, 1031, 4096, 16383, 16384, 65537, 262143, 300007};
+
+std::uint32_t g_seed = 1;
+
+std::string check_allgather(Communicator& comm, std::size_t count, bool in_place) {
+  const auto n = static_cast<std::size_t>(comm.size());
+  const auto r = static_cast<std::size_t>(comm.rank());
+  const std::uint32_t seed = ++g_seed;
+  Buffer want(DataType::f32, count * n);
+  for (std::size_t p = 0; p < n; ++p)
+    for (std::size_t i = 0; i < count; ++i)
+      want.set(p * count + i, data_value(DataType::f32, static_cast<int>(p), i, seed));
+  Buffer out(DataType::f32, count * n);
+  out.poison();
+  Buffer in(DataType::f32, count);
+  for (std::size_t i = 0; i < count; ++i) in.set(i, want.get(r * count + i));
+  BufferView src = in.view();
+  if (in_place) {
+    std::memcpy(static_cast<float*>(out.data()) + r * count, in.data(), count * sizeof(float));
+    src = out.view(r * count, count);
+  }
+  comm.allgather(src, out.view());
+  return difference(out, want);
+}
+
+std::string check_broadcast(Communicator& comm, std::size_t count, int root, bool in_place) {
+  const std::uint32_t seed = ++g_seed;
+  Buffer want(DataType::f32, count);
+  for (std::size_t i = 0; i < count; ++i) want.set(i, data_value(DataType::f32, root, i, seed));
+  Buffer in(DataType::f32, count);
+  Buffer out(DataType::f32, count);
+  out.poison();
+  if (comm.rank() == root) std::memcpy(in.data(), want.data(), want.bytes());
+  if (in_place) {
+    if (comm.rank() == root) std::memcpy(out.data(), want.data(), want.bytes());
+    comm.broadcast(out.view(), root);
+  } else {
+    comm.broadcast(in.view(), out.view(), root);
+  }
+  return difference(out, want);
+}
+
+TEST(Cma, BroadcastAndAllgatherOfPlainBuffersMatchTheReference) {
+  for (int world : {2, 3}) {
+    const auto exits = testing::run_ranks(
+        world,
+        [&](const testing::RankContext& ctx) {
+          auto comm = connect(ctx);
+          const bool cma = algorithms::detail::cma_usable();
+          for (std::size_t count : kCounts) {
+            for (bool in_place : {false, true}) {
+              EXPECT_EQ(check_allgather(*comm, count, in_place), "")
+                  << "allgather " << count << (in_place ? " in place" : "");
+              const bool direct = count * sizeof(float) * ctx.size >= (16u << 10);
+              if (direct && cma) {
+                EXPECT_EQ(comm->last_algorithm(), "direct");
+              }
+              for (int root = 0; root < ctx.size; ++root) {
+                EXPECT_EQ(check_broadcast(*comm, count, root, in_place), "")
+                    << "broadcast " << count << " from " << root << (in_place ? " in place" : "");
+                const std::size_t bytes = count * sizeof(float);
+                if (cma && bytes >= (64u << 10) && bytes < (1u << 20)) {
+                  EXPECT_EQ(comm->last_algorithm(), "direct");
+                }
+                if (bytes >= (1u << 20)) {
+                  EXPECT_EQ(comm->last_algorithm(), "ring");
+                }
+              }
+            }
+          }
+        },
+        run_options("shm"));
+    testing::expect_all_ok(exits);
+  }
+}
+
+TEST(Cma, ARankWithCmaOffIsServedOrMakesEveryRankUseTheRing) {
+  const auto exits = testing::run_ranks(
+      3,
+      [&](const testing::RankContext& ctx) {
+        auto comm = connect(ctx);
+        if (ctx.rank == 1) algorithms::detail::cma_disable();
+        const bool cma = algorithms::detail::cma_usable();
+        comm->barrier();
+        const std::size_t count = 65537;  // 256 KiB: direct for both collectives
+        EXPECT_EQ(check_allgather(*comm, count, false), "");
+        EXPECT_EQ(comm->last_algorithm(), "ring") << "one rank without CMA: all use the ring";
+        for (int root = 0; root < ctx.size; ++root) {
+          EXPECT_EQ(check_broadcast(*comm, count, root, root == 2), "") << "from " << root;
+          // From the rank without CMA: the ring; from the others: rank 1 asks for the data.
+          if (root == 1) {
+            EXPECT_EQ(comm->last_algorithm(), "ring");
+          } else if (cma || ctx.rank == 1) {
+            EXPECT_EQ(comm->last_algorithm(), "direct");
+          }
+        }
+      },
+      run_options("shm"));
+  testing::expect_all_ok(exits);
+}
+
+// Clears CAP_SYS_PTRACE from this process's effective capabilities (nothing to clear when it
+// does not have it).
+void drop_ptrace_capability() {
+  __user_cap_header_struct head{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  ASSERT_EQ(::syscall(SYS_capget, &head, data), 0);
+  data[CAP_SYS_PTRACE / 32].effective &= ~(1u << (CAP_SYS_PTRACE % 32));
+  ASSERT_EQ(::syscall(SYS_capset, &head, data), 0);
+}
+
+TEST(Cma, ARefusedReadIsSentInsteadAndTurnsCmaOff) {
+  const auto exits = testing::run_ranks(
+      2,
+      [&](const testing::RankContext& ctx) {
+        auto comm = connect(ctx);
+        // Rank 1 cannot be read by rank 0: it is not dumpable, and rank 0 may not override that.
+        if (ctx.rank == 1) {
+          ASSERT_EQ(::prctl(PR_SET_DUMPABLE, 0), 0);
+        }
+        if (ctx.rank == 0) drop_ptrace_capability();
+        comm->barrier();
+        const bool before = algorithms::detail::cma_usable();
+        const std::size_t count = 65537;
+        EXPECT_EQ(check_allgather(*comm, count, false), "");
+        EXPECT_EQ(check_broadcast(*comm, count, 1, false), "") << "from the unreadable rank";
+        if (ctx.rank == 0) {
+          EXPECT_FALSE(algorithms::detail::cma_usable()) << "the refused read turns CMA off";
+        }
+        // Later calls agree on the ring, and stay right.
+        EXPECT_EQ(check_allgather(*comm, count, true), "");
+        if (before) {
+          EXPECT_EQ(comm->last_algorithm(), "ring");
+        }
+        EXPECT_EQ(check_broadcast(*comm, count, 0, true), "");
+      },
+      run_options("shm"));
+  testing::expect_all_ok(exits);
+}
+
+}  // namespace
+}  // namespace tandem::mptest
