@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <sys/stat.h>
 #include <sys/uio.h>
 
 namespace tandem::algorithms::detail {
@@ -30,6 +31,17 @@ bool cma_usable() noexcept {
     s = g_state.load(std::memory_order_relaxed);
   }
   return s == 1;
+}
+
+std::uint32_t cma_tag() noexcept {
+  if (!cma_usable()) return 0;
+  static const std::uint32_t tag = [] {
+    struct stat st {};
+    if (::stat("/proc/self/ns/pid", &st) != 0) return std::uint32_t{0};  // unknown: no CMA
+    const auto ino = static_cast<std::uint64_t>(st.st_ino);
+    return static_cast<std::uint32_t>(ino ^ (ino >> 32)) | 1u;
+  }();
+  return tag;
 }
 
 void cma_disable() noexcept {

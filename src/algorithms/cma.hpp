@@ -7,11 +7,17 @@
 // fall back as for unregistered buffers without it. TANDEM_CMA=0 turns it off from the start.
 
 #include <cstddef>
+#include <cstdint>
 
 namespace tandem::algorithms::detail {
 
 /// Whether this process may try CMA (TANDEM_CMA, and no read refused so far).
 bool cma_usable() noexcept;
+/// What a rank puts in its hello about CMA: 0 when it may not use it, else a nonzero tag of
+/// its pid namespace. A pid means the same process only to a peer in the same pid namespace
+/// (containers of one pod share a host but not their pids), so ranks read each other only
+/// when their tags are equal and nonzero.
+std::uint32_t cma_tag() noexcept;
 /// Turns CMA off for this process (after a refusal; tests).
 void cma_disable() noexcept;
 /// Copies `bytes` from `remote` in process `pid` into `dst`. False when the kernel refuses or

@@ -25,7 +25,7 @@ struct Where {
   std::uint64_t out_offset = 0;
   std::uint64_t in_address = 0;
   std::int32_t pid = 0;
-  std::uint32_t cma = 0;  ///< 1: this rank may read peers with CMA (cma_usable())
+  std::uint32_t cma = 0;  ///< cma_tag(): 0, or its pid namespace's tag when it may use CMA
 };
 static_assert(sizeof(Where) == 40);
 
@@ -82,7 +82,7 @@ inline std::vector<Where> exchange_where(const Call& call, transport::Mesh& mesh
                    out.offset,
                    reinterpret_cast<std::uintptr_t>(call.in.data),
                    static_cast<std::int32_t>(::getpid()),
-                   cma_usable() ? 1u : 0u};
+                   cma_tag()};
   std::vector<Where> where(static_cast<std::size_t>(mesh.size()));
   exchange(call, mesh, &self, sizeof self, reinterpret_cast<std::byte*>(where.data()));
   where[static_cast<std::size_t>(mesh.rank())] = self;

@@ -11,12 +11,16 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <linux/capability.h>
+#include <sched.h>
 #include <string>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
 
@@ -160,6 +164,50 @@ TEST(Cma, ARefusedReadIsSentInsteadAndTurnsCmaOff) {
           EXPECT_EQ(comm->last_algorithm(), "ring");
         }
         EXPECT_EQ(check_broadcast(*comm, count, 0, true), "");
+      },
+      run_options("shm"));
+  testing::expect_all_ok(exits);
+}
+
+// A rank in another pid namespace (containers of one pod: one host, their own pids): its pid
+// means another process to its peers, so nobody reads it, or is read by it, with CMA; the
+// results stay right. Needs CAP_SYS_ADMIN for the namespace (skipped without).
+TEST(Cma, RanksInDifferentPidNamespacesDoNotReadEachOther) {
+  const auto exits = testing::run_ranks(
+      2,
+      [&](const testing::RankContext& ctx) {
+        if (ctx.rank == 1) {
+          if (::unshare(CLONE_NEWPID) != 0) {
+            std::printf("rank 1: no new pid namespace (%s): the peers share one\n",
+                        std::strerror(errno));
+          } else {
+            const pid_t child = ::fork();  // the first process of the new namespace: pid 1
+            ASSERT_GE(child, 0);
+            if (child > 0) {
+              int status = 0;
+              ASSERT_EQ(::waitpid(child, &status, 0), child);
+              std::fflush(stdout);
+              std::_Exit(WIFEXITED(status) ? WEXITSTATUS(status) : 4);
+            }
+            EXPECT_EQ(::getpid(), 1);
+          }
+        }
+        auto comm = connect(ctx);
+        const bool cma = algorithms::detail::cma_usable();
+        const std::size_t count = 65537;  // 256 KiB: direct for both collectives
+        EXPECT_EQ(check_allgather(*comm, count, false), "");
+        for (int root = 0; root < ctx.size; ++root) {
+          EXPECT_EQ(check_broadcast(*comm, count, root, false), "") << "from " << root;
+        }
+        EXPECT_EQ(check_allgather(*comm, count, true), "");
+        // No read was even tried (one would have failed, on a pid that is not the peer's, and
+        // turned CMA off).
+        EXPECT_EQ(algorithms::detail::cma_usable(), cma);
+        if (ctx.rank == 1) {
+          std::fflush(stdout);
+          std::fflush(stderr);
+          std::_Exit(::testing::Test::HasFailure() ? 1 : 0);
+        }
       },
       run_options("shm"));
   testing::expect_all_ok(exits);

@@ -32,8 +32,11 @@ class Direct final : public Algorithm {
     const int r = mesh.rank();
     const auto where = detail::exchange_where(call, mesh, false);
     const bool registered = detail::all_registered(where, r, false);
+    // Every rank may use CMA, all in one pid namespace: the pids in the hellos are theirs.
+    const std::uint32_t tag = where[static_cast<std::size_t>(r)].cma;
     const bool cma =
-        std::all_of(where.begin(), where.end(), [](const detail::Where& w) { return w.cma == 1; });
+        tag != 0 && std::all_of(where.begin(), where.end(),
+                                [tag](const detail::Where& w) { return w.cma == tag; });
     if (!registered && !cma) return fallback(call, ctx);
     std::byte* out = detail::ptr(call.out.data);
     detail::copy_bytes(out + static_cast<std::size_t>(r) * bytes, call.in.data, bytes);

@@ -22,7 +22,7 @@ namespace {
 
 struct Spot {
   std::uint32_t region = 0;  ///< 0: the root's source is not registered
-  std::uint32_t cma = 0;     ///< 1: the root may use cross-memory attach (its source is readable)
+  std::uint32_t cma = 0;     ///< the root's cma_tag() (0: no cross-memory attach)
   std::uint64_t offset = 0;
   std::uint64_t bytes = 0;
   std::uint64_t address = 0;  ///< the source in the root's address space
@@ -57,7 +57,7 @@ class Direct final : public Algorithm {
         spot.region = at->region;
         spot.offset = at->offset;
       }
-      spot.cma = bytes < kCmaMaxBytes && detail::cma_usable() ? 1 : 0;
+      spot.cma = bytes < kCmaMaxBytes ? detail::cma_tag() : 0;
       spot.bytes = bytes;
       spot.address = reinterpret_cast<std::uintptr_t>(call.in.data);
       spot.pid = static_cast<std::int32_t>(::getpid());
@@ -96,7 +96,7 @@ class Direct final : public Algorithm {
     if (spot.region != 0) {
       const std::byte* src = detail::peer_buffer(mesh, call.root, spot.region, spot.offset, bytes);
       core::copy(call.out.data, src, bytes, core::streams(bytes));
-    } else if (!detail::cma_usable() ||
+    } else if (detail::cma_tag() != spot.cma ||
                !detail::cma_read(spot.pid, call.out.data,
                                  reinterpret_cast<const void*>(spot.address), bytes)) {
       answer = kSend;
