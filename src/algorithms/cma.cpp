@@ -24,7 +24,7 @@ bool cma_usable() noexcept {
     try {
       on = settings::get_bool("TANDEM_CMA");
     } catch (...) {
-      on = false;  // a malformed value: validated (and reported) where settings are checked
+      on = false;  // malformed: communicator setup already refused it with a clear error
     }
     int expected = 0;
     g_state.compare_exchange_strong(expected, on ? 1 : 2, std::memory_order_relaxed);

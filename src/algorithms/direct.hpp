@@ -46,8 +46,10 @@ inline transport::RegionSpot spot_of(const transport::Mesh& mesh, const void* p,
 
 /// Every rank sends `bytes` of `src` to every other and receives rank p's into
 /// dst + p * bytes: the exchange of Where, and (one byte) the syncs between phases.
+/// With `src_stride` nonzero, rank p is sent src + p * src_stride instead (a message of its own
+/// for each peer).
 inline void exchange(const Call& call, transport::Mesh& mesh, const void* src, std::size_t bytes,
-                     std::byte* dst) {
+                     std::byte* dst, std::size_t src_stride = 0) {
   const int n = mesh.size();
   const int r = mesh.rank();
   Batch batch(mesh, 2 * static_cast<std::size_t>(n - 1));
@@ -56,8 +58,12 @@ inline void exchange(const Call& call, transport::Mesh& mesh, const void* src, s
     batch.post(transport::Request::make_recv(p, call.tag, dst + static_cast<std::size_t>(p) * bytes,
                                              bytes));
   }
-  for (int k = 1; k < n; ++k)
-    batch.post(transport::Request::make_send(mod(r + k, n), call.tag, src, bytes));
+  for (int k = 1; k < n; ++k) {
+    const int p = mod(r + k, n);
+    batch.post(transport::Request::make_send(
+        p, call.tag, static_cast<const std::byte*>(src) + static_cast<std::size_t>(p) * src_stride,
+        bytes));
+  }
   wait_all(mesh, {&batch}, call.deadline);
 }
 

@@ -19,7 +19,9 @@ namespace {
 // (TANDEM_TUNING_FILE) refines them per machine. Each is a power of two: choices are cached
 // per size class (size_class()), which must not straddle a crossover. From the *DirectBytes
 // up, "direct" asks whether the buffers are registered (one small message) and runs one-copy
-// when they are, as a ring otherwise (allreduce/direct.cpp).
+// when they are; otherwise broadcast and allgather read the peers' plain buffers with
+// cross-memory attach where the kernel allows it (algorithms/cma.hpp), and the rest run as a
+// ring (allreduce/direct.cpp).
 constexpr std::size_t kAllreduceSmallBytes = 16u << 10;  // below: recursive_doubling
 // On 2 ranks recursive doubling is one exchange of the whole vector, the ring two of halves:
 // `tandem-perf --tune` (3 runs, shm, 2026-11-26) had recursive doubling 1.45x faster at 16 and

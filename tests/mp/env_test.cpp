@@ -155,6 +155,12 @@ TEST(FromEnvErrors, ClearMessagesAndSingleRankFallback) {
         set("OMPI_COMM_WORLD_SIZE", "2");
         expect_invalid("OMPI_COMM_WORLD_SIZE is set (2) but OMPI_COMM_WORLD_RANK is not");
 
+        // A malformed setting read only at the first large broadcast fails the setup instead.
+        clear_launcher_env();
+        set("TANDEM_CMA", "maybe");
+        expect_invalid("TANDEM_CMA='maybe'");
+        ::unsetenv("TANDEM_CMA");
+
         // No launcher at all: a single rank, no store, no port.
         clear_launcher_env();
         auto comm = Communicator::from_env();

@@ -87,16 +87,7 @@ class Direct final : public Algorithm {
               : 1;
     }
     // Tell every peer whether it was read: after this nobody reads an input any more.
-    detail::Batch marks(mesh, 2 * (un - 1));
-    for (int p = 0; p < n; ++p)
-      if (p != r)
-        marks.post(
-            transport::Request::make_recv(p, call.tag, &sent[static_cast<std::size_t>(p)], 1));
-    for (int p = 0; p < n; ++p)
-      if (p != r)
-        marks.post(
-            transport::Request::make_send(p, call.tag, &need[static_cast<std::size_t>(p)], 1));
-    detail::wait_all(mesh, {&marks}, call.deadline);
+    detail::exchange(call, mesh, need.data(), 1, reinterpret_cast<std::byte*>(sent.data()), 1);
     // What could not be read travels through shared memory.
     std::size_t moves = 0;
     for (int p = 0; p < n; ++p)

@@ -259,6 +259,9 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
   // Scratch for the calls up to a few hundred KiB, mapped and faulted in here rather than by
   // the first call of each larger size.
   impl->scratch.reserve(kScratchReserve);
+  // Read here so that a malformed TANDEM_CMA fails the setup with the setting's own error
+  // instead of quietly leaving cross-memory attach off at the first broadcast.
+  (void)settings::get_bool("TANDEM_CMA");
   impl->config.verify_calls = log::enabled(log::Level::detail, log::Subsys::coll);
   const auto& reg = algorithms::Registry::builtin();
   if (options.algorithm) {
