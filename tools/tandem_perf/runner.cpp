@@ -308,7 +308,7 @@ std::size_t Runner::check(const Shape& s, DataType t, ReduceOp op, bool in_place
       fill(h.in, 0, [rank](std::size_t i) { return data_value(rank, i); });
       run_checked(v, op);
       return count_wrong(
-          v.out, 0, [per](std::size_t g) { return data_value(g / per, g % per); }, false);
+          h.out, 0, [per](std::size_t g) { return data_value(g / per, g % per); }, false);
     case Bench::reduce_scatter:
       if (!in_place) fill(h.out, 0, sentinel);
       fill(h.in, 0, input);
@@ -320,7 +320,7 @@ std::size_t Runner::check(const Shape& s, DataType t, ReduceOp op, bool in_place
       fill(h.in, 0, [&](std::size_t g) { return data_value(me * w + g / per, g % per); });
       run_checked(v, op);
       return count_wrong(
-          v.out, 0, [&](std::size_t g) { return data_value((g / per) * w + me, g % per); }, false);
+          h.out, 0, [&](std::size_t g) { return data_value((g / per) * w + me, g % per); }, false);
     }
     case Bench::sendrecv: {
       const auto prev = static_cast<std::size_t>((rank + world - 1) % world);
@@ -328,7 +328,7 @@ std::size_t Runner::check(const Shape& s, DataType t, ReduceOp op, bool in_place
       fill(h.in, 0, [rank](std::size_t i) { return data_value(rank, i); });
       run_checked(v, op);
       return count_wrong(
-          v.out, 0, [prev](std::size_t i) { return data_value(prev, i); }, false);
+          h.out, 0, [prev](std::size_t i) { return data_value(prev, i); }, false);
     }
     case Bench::barrier:
       run_checked(v, op);

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The GPU checks of docs/gpu.md in one run, for a machine with at least one GPU: the gpu
+# tests, then tandem-perf --device cuda:0 allreduce on 2 and 4 ranks sharing GPU 0 (CUDA IPC)
+# and on 1 rank (NCCL), each footer giving the device-to-device copy measured in the same run.
+# Every step has its own time limit; a failing step is reported and the next one runs.
+#
+#   BIN=build/bin OUT=/tmp/tandem-gpu bash bench/gpu/check.sh
+#
+# Logs land in $OUT (env.txt, tests.log, perf-N.log, summary.txt); the exit status is the
+# number of failed steps.
+set -u
+BIN=${BIN:-build/bin}
+OUT=${OUT:-/tmp/tandem-gpu}
+MAX=${MAX:-256M}
+mkdir -p "$OUT"
+failed=0
+summary="$OUT/summary.txt"
+: >"$summary"
+
+step() {  # step NAME LIMIT_S LOG COMMAND...
+  local name=$1 limit=$2 log=$3
+  shift 3
+  local start=$SECONDS
+  timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1
+  local rc=$?
+  local line="$name: rc=$rc in $((SECONDS - start)) s"
+  [ "$rc" -eq 124 ] && line="$line (stopped at its ${limit} s limit)"
+  echo "$line" | tee -a "$summary"
+  [ "$rc" -eq 0 ] || failed=$((failed + 1))
+}
+
+{
+  date -u
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1
+  uname -r
+  echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+  nproc
+} >"$OUT/env.txt"
+
+# One process per test, so that a test that hangs costs its own limit, not the others'.
+: >"$OUT/tests.log"
+for t in $("$BIN/test_gpu" --gtest_list_tests | awk '/^[^ ]/ {s = $1} /^  / {print s $1}'); do
+  step "test $t" 75 "$OUT/test.tmp" "$BIN/test_gpu" --gtest_color=no --gtest_filter="$t"
+  cat "$OUT/test.tmp" >>"$OUT/tests.log"
+  grep -E '^\[  SKIPPED \] [^ ]+ \(|PeerLost after' "$OUT/test.tmp" >>"$summary"
+done
+rm -f "$OUT/test.tmp"
+
+for np in 2 4; do
+  step "allreduce on $np ranks sharing cuda:0" 120 "$OUT/perf-$np.log" \
+    env TANDEM_DEBUG=INFO "$BIN/tandemrun" --nproc-per-node "$np" \
+    "$BIN/tandem-perf" --device cuda:0 -b 8 -e "$MAX" -f 4 -n 50 -w 5
+done
+step "allreduce on 1 rank (NCCL)" 60 "$OUT/perf-1.log" \
+  env TANDEM_DEBUG=INFO "$BIN/tandem-perf" --device cuda:0 -b 8 -e "$MAX" -f 4 -n 50 -w 5
+
+echo "$failed failed steps" | tee -a "$summary"
+exit "$failed"
