@@ -13,9 +13,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// The first polls only yield (a small collective on NVLink finishes within microseconds),
-// then each poll sleeps this long.
-constexpr unsigned kSpinPolls = 256;
+// For this long a wait only yields between polls (a collective's phase on one GPU or over
+// NVLink ends within microseconds to a few milliseconds: a sleep there would add its own
+// length to every phase, 60-80 us per sleep as Linux rounds it); after it each poll sleeps.
+constexpr auto kSpinFor = 5ms;
 constexpr auto kPollSleep = 20us;
 // How often the peers' liveness is asked (the mesh's control connections: a poll() of a few
 // sockets).
@@ -26,7 +27,8 @@ constexpr auto kPeerCheck = 1ms;
 void poll_until(const std::function<bool()>& finished, Deadline deadline, std::string_view what,
                 const WaitHooks& hooks) {
   Clock::time_point next_check{};
-  for (unsigned i = 0;; ++i) {
+  const Clock::time_point spin_until = Clock::now() + kSpinFor;
+  for (;;) {
     // A call that failed asynchronously also "finishes": after_poll's error is the answer.
     const bool done = finished();
     if (hooks.after_poll) hooks.after_poll();
@@ -48,7 +50,7 @@ void poll_until(const std::function<bool()>& finished, Deadline deadline, std::s
       hooks.check_peers();  // PeerLost naming a rank that died
       next_check = now + kPeerCheck;
     }
-    if (i < kSpinPolls)
+    if (now < spin_until)
       std::this_thread::yield();
     else
       std::this_thread::sleep_for(kPollSleep);
@@ -58,6 +60,11 @@ void poll_until(const std::function<bool()>& finished, Deadline deadline, std::s
 void wait_for_stream(cudaStream_t stream, cudaEvent_t event, Deadline deadline,
                      std::string_view what, const WaitHooks& hooks) {
   check_cuda(cudaEventRecord(event, stream), "cudaEventRecord");
+  wait_for_event(event, deadline, what, hooks);
+}
+
+void wait_for_event(cudaEvent_t event, Deadline deadline, std::string_view what,
+                    const WaitHooks& hooks) {
   poll_until(
       [&] {
         const cudaError_t e = cudaEventQuery(event);

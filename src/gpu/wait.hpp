@@ -1,9 +1,10 @@
 #pragma once
 // How the CUDA backends wait, on the host, for the device and for their peers: a bounded
-// poll that yields first (a small collective ends within microseconds) and then sleeps a
-// little per poll, asks the peers' liveness every millisecond (PeerLost naming a rank that
-// died), honours abort(), and throws Timeout at the call's deadline. No wait of tandem's runs
-// on the device: a kernel never spins on a flag that a dead process would have written.
+// poll that only yields for its first milliseconds (a phase on one GPU ends within
+// microseconds) and then sleeps a little per poll, asks the peers' liveness every millisecond
+// (PeerLost naming a rank that died), honours abort(), and throws Timeout at the call's
+// deadline. No wait of tandem's runs on the device: a kernel never spins on a flag that a dead
+// process would have written.
 
 #include <tandem/types.hpp>
 
@@ -32,6 +33,10 @@ struct WaitHooks {
 /// Timeout at `deadline`. `what` names the call in messages.
 void poll_until(const std::function<bool()>& finished, Deadline deadline, std::string_view what,
                 const WaitHooks& hooks);
+
+/// poll_until() for `event`, recorded earlier.
+void wait_for_event(cudaEvent_t event, Deadline deadline, std::string_view what,
+                    const WaitHooks& hooks);
 
 /// poll_until() for the work enqueued on `stream` so far (an event recorded on it now).
 /// `event` is the backend's own, reused.
