@@ -24,6 +24,22 @@ void divide_on_device(void* data, std::size_t count, DataType dtype, int divisor
 void reduce_on_device(void* dst, const void* a, const void* b, std::size_t count, DataType dtype,
                       ReduceOp op, cudaStream_t stream);
 
+/// The most buffers reduce_all_on_device() reads, and writes, in one launch.
+inline constexpr int kMaxFused = 8;
+/// Pointers of one reduce_all_on_device() launch (a kernel parameter, by value).
+struct Fused {
+  const void* in[kMaxFused] = {};
+  void* out[kMaxFused] = {};
+};
+
+/// For every element i: in[0][i] op in[1][i] op ... in input order (reduce_on_device's
+/// semantics), divided by `divisor` when it is above 1 (an average), written to every out[k][i]:
+/// one pass over memory for a whole allreduce of buffers on one device. An output may be an
+/// input (exactly). `inputs` and `outputs` at most kMaxFused; 16-byte vectors where every
+/// pointer allows.
+void reduce_all_on_device(const Fused& pointers, int inputs, int outputs, std::size_t count,
+                          DataType dtype, ReduceOp op, int divisor, cudaStream_t stream);
+
 /// data[i] = pattern_value(i, rank, seed) as `dtype`, on `stream`.
 void fill_pattern(void* data, std::size_t count, DataType dtype, int rank, std::uint32_t seed,
                   cudaStream_t stream);
@@ -35,6 +51,9 @@ cudaError_t launch_divide(void* data, std::size_t count, DataType dtype, int div
                           cudaStream_t stream) noexcept;
 cudaError_t launch_reduce(void* dst, const void* a, const void* b, std::size_t count,
                           DataType dtype, ReduceOp op, cudaStream_t stream) noexcept;
+cudaError_t launch_reduce_all(const Fused& pointers, int inputs, int outputs, std::size_t count,
+                              DataType dtype, ReduceOp op, int divisor,
+                              cudaStream_t stream) noexcept;
 cudaError_t launch_fill(void* data, std::size_t count, DataType dtype, int rank, std::uint32_t seed,
                         cudaStream_t stream) noexcept;
 }  // namespace detail

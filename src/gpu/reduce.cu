@@ -102,6 +102,73 @@ __global__ void divide_kernel(T* data, std::size_t count, int divisor) {
 }
 
 template <class T>
+__device__ T divide_one(T x, int divisor) {
+  using W = Wide<T>;
+  return W::down(W::up(x) / static_cast<typename W::type>(divisor));
+}
+
+// Every element of every input reduced in input order, divided when `divisor` > 1, written to
+// every output; one thread reads an element of every input before writing it anywhere, so an
+// output may be an input. Each thread keeps kBatch vectors in flight per input (the loads of
+// one input are independent), which a memory-bound pass needs to approach the GPU's bandwidth.
+template <class T>
+__global__ void reduce_all_kernel(Fused p, int inputs, int outputs, std::size_t count,
+                                  std::size_t vectors, ReduceOp op, int divisor) {
+  constexpr int kPer = 16 / sizeof(T);
+  constexpr int kBatch = 4;
+  const std::size_t first = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t v0 = first; v0 < vectors; v0 += stride * kBatch) {
+    uint4 x[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (v0 + b * stride < vectors) x[b] = static_cast<const uint4*>(p.in[0])[v0 + b * stride];
+    for (int k = 1; k < inputs; ++k) {
+      uint4 y[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b)
+        if (v0 + b * stride < vectors) y[b] = static_cast<const uint4*>(p.in[k])[v0 + b * stride];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        T* xs = reinterpret_cast<T*>(&x[b]);
+        const T* ys = reinterpret_cast<const T*>(&y[b]);
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) xs[j] = reduce_one(xs[j], ys[j], op);
+      }
+    }
+    if (divisor > 1) {
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        T* xs = reinterpret_cast<T*>(&x[b]);
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) xs[j] = divide_one(xs[j], divisor);
+      }
+    }
+    for (int o = 0; o < outputs; ++o)
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b)
+        if (v0 + b * stride < vectors) static_cast<uint4*>(p.out[o])[v0 + b * stride] = x[b];
+  }
+  for (std::size_t i = vectors * kPer + first; i < count; i += stride) {
+    T x = static_cast<const T*>(p.in[0])[i];
+    for (int k = 1; k < inputs; ++k) x = reduce_one(x, static_cast<const T*>(p.in[k])[i], op);
+    if (divisor > 1) x = divide_one(x, divisor);
+    for (int o = 0; o < outputs; ++o) static_cast<T*>(p.out[o])[i] = x;
+  }
+}
+
+template <class T>
+void reduce_all_as(const Fused& p, int inputs, int outputs, std::size_t count, ReduceOp op,
+                   int divisor, cudaStream_t stream) {
+  std::uintptr_t bits = 0;
+  for (int k = 0; k < inputs; ++k) bits |= reinterpret_cast<std::uintptr_t>(p.in[k]);
+  for (int o = 0; o < outputs; ++o) bits |= reinterpret_cast<std::uintptr_t>(p.out[o]);
+  const std::size_t vectors = bits % 16 == 0 ? count / (16 / sizeof(T)) : 0;
+  reduce_all_kernel<T><<<blocks_for(vectors > 0 ? vectors : count), kThreads, 0, stream>>>(
+      p, inputs, outputs, count, vectors, op, divisor);
+}
+
+template <class T>
 void reduce_as(void* dst, const void* a, const void* b, std::size_t count, ReduceOp op,
                cudaStream_t stream) {
   const bool aligned =
@@ -150,6 +217,17 @@ cudaError_t launch_reduce(void* dst, const void* a, const void* b, std::size_t c
                           DataType dtype, ReduceOp op, cudaStream_t stream) noexcept {
   if (count == 0) return cudaSuccess;
   dispatch(dtype, [&]<class T>() { reduce_as<T>(dst, a, b, count, op, stream); });
+  return cudaGetLastError();
+}
+
+cudaError_t launch_reduce_all(const Fused& p, int inputs, int outputs, std::size_t count,
+                              DataType dtype, ReduceOp op, int divisor,
+                              cudaStream_t stream) noexcept {
+  if (count == 0 || outputs == 0) return cudaSuccess;
+  if (inputs < 1 || inputs > kMaxFused || outputs < 0 || outputs > kMaxFused)
+    return cudaErrorInvalidValue;
+  dispatch(dtype,
+           [&]<class T>() { reduce_all_as<T>(p, inputs, outputs, count, op, divisor, stream); });
   return cudaGetLastError();
 }
 
