@@ -256,6 +256,83 @@ void every_collective(const testing::RankContext& ctx, Communicator& comm) {
               mptest::reduce_expected(ReduceOp::sum, DataType::f32, w, big - 1, 1), "last element");
 }
 
+// allreduce out of place (and in place) on every dtype and op, on buffers the peers map
+// (cudaMalloc, at an offset inside a larger allocation, allocations freed and replaced, more
+// allocations than a peer keeps mapped) and on buffers they cannot (managed memory on one
+// rank: every rank stages the call), past a staging chunk too.
+void allreduce_wherever_the_buffers_are(const testing::RankContext& ctx, Communicator& comm) {
+  const int r = ctx.rank;
+  const int w = ctx.size;
+  const auto check = [&](const Buffer& got, ReduceOp op, DataType t, std::size_t n,
+                         std::string_view what) {
+    for (std::size_t i = 0; i < n; ++i)
+      expect_near(t, got.get(i), mptest::reduce_expected(op, t, w, i, 1), what);
+  };
+  for (DataType t : kAllDataTypes)
+    for (ReduceOp op : kAllReduceOps)
+      for (std::size_t n : {std::size_t{1}, std::size_t{1023}, std::size_t{65537}}) {
+        SCOPED_TRACE(::testing::Message() << to_string(t) << " x " << n << ", " << w << " ranks");
+        DeviceBuffer in(t, n), out(t, n);
+        in.upload(reduce_inputs(op, t, r, n));
+        comm.allreduce(in.view(0), out.view(0), op);
+        check(out.download(), op, t, n, "allreduce out of place");
+        EXPECT_EQ(in.download().get(n - 1), reduce_inputs(op, t, r, n).get(n - 1)) << "input kept";
+      }
+  const DataType t = DataType::f32;
+  const std::size_t n = 4099;
+  const std::size_t es = dtype_size(t);
+  // Views at odd offsets inside one allocation (as a framework's caching allocator gives).
+  DeviceBuffer arena(t, 4 * n + 64);
+  auto* base = static_cast<std::byte*>(arena.data());
+  const BufferView in{base + 3 * es, n, t, Device::cuda(0)};
+  const BufferView out{base + (2 * n + 5) * es, n, t, Device::cuda(0)};
+  const Buffer input = reduce_inputs(ReduceOp::sum, t, r, n);
+  check_cuda(cudaMemcpy(in.data, input.data(), n * es, cudaMemcpyHostToDevice), "copy");
+  comm.allreduce(in, out, ReduceOp::sum);
+  Buffer got(t, n);
+  check_cuda(cudaMemcpy(got.data(), out.data, n * es, cudaMemcpyDeviceToHost), "copy");
+  check(got, ReduceOp::sum, t, n, "allreduce at an offset");
+  // Allocations freed and made again (often at the same address), and more of them alive at
+  // once than a peer keeps mapped.
+  for (int round = 0; round < 3; ++round) {
+    DeviceBuffer b(t, n);
+    b.upload(input);
+    comm.allreduce(b.view(0), ReduceOp::sum);
+    check(b.download(), ReduceOp::sum, t, n, "allreduce on a new allocation");
+  }
+  std::vector<DeviceBuffer> many;
+  for (int i = 0; i < 20; ++i) many.emplace_back(t, n);
+  const Buffer max_input = reduce_inputs(ReduceOp::max, t, r, n);
+  for (int pass = 0; pass < 2; ++pass)
+    for (DeviceBuffer& b : many) {
+      b.upload(max_input);
+      comm.allreduce(b.view(0), ReduceOp::max);
+      check(b.download(), ReduceOp::max, t, n, "allreduce on many allocations");
+    }
+  // Managed memory on rank 0 (no IPC handle): every rank stages, past one chunk too.
+  for (const std::size_t count : {n, (std::size_t{4} << 20) + 5}) {
+    void* managed = nullptr;
+    DeviceBuffer plain(t, count);
+    if (r == 0) check_cuda(cudaMallocManaged(&managed, count * es), "cudaMallocManaged");
+    const BufferView v = r == 0 ? BufferView{managed, count, t, Device::cuda(0)} : plain.view(0);
+    const Buffer big = reduce_inputs(ReduceOp::sum, t, r, count);
+    check_cuda(cudaMemcpy(v.data, big.data(), count * es, cudaMemcpyHostToDevice), "copy");
+    comm.allreduce(v, ReduceOp::sum);
+    Buffer back(t, count);
+    check_cuda(cudaMemcpy(back.data(), v.data, count * es, cudaMemcpyDeviceToHost), "copy");
+    for (std::size_t i = 0; i < count; i += 997)
+      expect_near(t, back.get(i), mptest::reduce_expected(ReduceOp::sum, t, w, i, 1),
+                  "allreduce staged from managed memory");
+    if (managed != nullptr) check_cuda(cudaFree(managed), "cudaFree");
+  }
+}
+
+TEST(GpuCudaIpc, AllreduceMapsThePeersBuffersOrStagesWhereItCannot) {
+  REQUIRE_GPUS(1);
+  on_one_gpu(2, allreduce_wherever_the_buffers_are);
+  on_one_gpu(3, allreduce_wherever_the_buffers_are);
+}
+
 TEST(GpuCudaIpc, TwoRanksOnOneGpuMatchTheReferenceForEveryCollective) {
   REQUIRE_GPUS(1);
   on_one_gpu(2, every_collective);
@@ -264,6 +341,16 @@ TEST(GpuCudaIpc, TwoRanksOnOneGpuMatchTheReferenceForEveryCollective) {
 TEST(GpuCudaIpc, FourRanksOnOneGpuMatchTheReferenceForEveryCollective) {
   REQUIRE_GPUS(1);
   on_one_gpu(4, every_collective);
+}
+
+// Rank 1's buffers come from CUDA's stream-ordered pool, which legacy CUDA IPC cannot map:
+// every rank stages every collective (the path of allocators without IPC handles).
+TEST(GpuCudaIpc, FourRanksStageEveryCollectiveWhenABufferCannotBeMapped) {
+  REQUIRE_GPUS(1);
+  on_one_gpu(4, [](const testing::RankContext& ctx, Communicator& comm) {
+    gputest::pool_memory = ctx.rank == 1;
+    every_collective(ctx, comm);
+  });
 }
 
 TEST(GpuCudaIpc, ARankKilledMidAllreduceIsPeerLostNamingIt) {

@@ -30,20 +30,30 @@ int devices_seen_by_a_child(std::string* why) {
   return text.empty() ? 0 : std::stoi(text.substr(0, space));
 }
 
+DeviceBuffer::DeviceBuffer(DataType t, std::size_t n) : dtype(t), count(n) {
+  const std::size_t bytes = n * dtype_size(t);
+  if (!pool_memory) {
+    memory = DeviceMemory(bytes);
+  } else if (bytes > 0) {
+    void* p = nullptr;
+    check_cuda(cudaMallocAsync(&p, bytes, cudaStreamLegacy), "cudaMallocAsync");
+    pooled.reset(p);
+  }
+}
+
 void DeviceBuffer::fill(int rank, std::uint32_t seed) const {
-  fill_pattern(memory.get(), count, dtype, rank, seed, nullptr);
+  fill_pattern(data(), count, dtype, rank, seed, nullptr);
   check_cuda(cudaDeviceSynchronize(), "fill");
 }
 
 void DeviceBuffer::upload(const mptest::Buffer& host) const {
   if (count > 0)
-    check_cuda(cudaMemcpy(memory.get(), host.data(), host.bytes(), cudaMemcpyHostToDevice), "copy");
+    check_cuda(cudaMemcpy(data(), host.data(), host.bytes(), cudaMemcpyDefault), "copy");
 }
 
 mptest::Buffer DeviceBuffer::download() const {
   mptest::Buffer b(dtype, count);
-  if (count > 0)
-    check_cuda(cudaMemcpy(b.data(), memory.get(), b.bytes(), cudaMemcpyDeviceToHost), "copy");
+  if (count > 0) check_cuda(cudaMemcpy(b.data(), data(), b.bytes(), cudaMemcpyDefault), "copy");
   return b;
 }
 

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -32,10 +33,16 @@ int devices_seen_by_a_child(std::string* why);
                                                "one GPU)"));                          \
   } while (0)
 
-/// `count` elements of `dtype` on the current device.
+/// Set in a rank's process: its DeviceBuffers come from CUDA's stream-ordered pool
+/// (cudaMallocAsync), which legacy CUDA IPC cannot share, so that the CUDA IPC backend stages
+/// its calls.
+inline bool pool_memory = false;
+
+/// `count` elements of `dtype` on the current device (cudaMalloc, or the pool).
 struct DeviceBuffer {
-  DeviceBuffer(DataType t, std::size_t n) : dtype(t), count(n), memory(n * dtype_size(t)) {}
-  BufferView view(int device) const { return {memory.get(), count, dtype, Device::cuda(device)}; }
+  DeviceBuffer(DataType t, std::size_t n);
+  BufferView view(int device) const { return {data(), count, dtype, Device::cuda(device)}; }
+  void* data() const { return pooled ? pooled.get() : memory.get(); }
   /// pattern(i, rank) with `seed`, written on the device.
   void fill(int rank, std::uint32_t seed) const;
   /// `host` (of this dtype and count) copied to the device.
@@ -44,6 +51,10 @@ struct DeviceBuffer {
   DataType dtype;
   std::size_t count;
   DeviceMemory memory;
+  struct Free {
+    void operator()(void* p) const { (void)cudaFree(p); }
+  };
+  std::unique_ptr<void, Free> pooled;
 };
 
 inline double pattern(std::size_t i, int rank) {

@@ -14,6 +14,26 @@
 namespace tandem::gpu::cuda_ipc {
 namespace {
 
+// Which of a rank's buffers a collective reads (in) and writes (out).
+struct Uses {
+  bool in = true;
+  bool out = true;
+};
+
+Uses uses_of(const algorithms::Call& c, int rank) {
+  const bool root = rank == c.root;
+  switch (c.kind) {
+    case CollectiveKind::broadcast:
+    case CollectiveKind::scatter:
+      return {root, true};
+    case CollectiveKind::reduce:
+    case CollectiveKind::gather:
+      return {true, root};
+    default:
+      return {};
+  }
+}
+
 struct Slice {
   std::size_t first = 0;
   std::size_t count = 0;
@@ -74,6 +94,7 @@ void Backend::run(const algorithms::Call& c) {
     // What the caller's kernels on the legacy default stream wrote comes first.
     check_cuda(cudaEventRecord(ready_->get(), cudaStreamLegacy), "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(ctx_->stream(), ready_->get(), 0), "cudaStreamWaitEvent");
+    if (mappable(c) && run_mapped(c, what)) return;  // its last phase drained the stream
     switch (c.kind) {
       case CollectiveKind::allreduce:
         allreduce(c, what);
@@ -143,6 +164,139 @@ void Backend::reduce_staged(void* dst, std::size_t first, std::size_t count,
     for (int p = 2; p < n; ++p) combine(dst, dst, ctx_->peer(p).in() + first * es, count, c);
   }
   if (c.op == ReduceOp::avg && n > 1) divide_on_device(dst, count, c.out.dtype, n, ctx_->stream());
+}
+
+bool Backend::mappable(const algorithms::Call& c) const {
+  const int size = ctx_->size();
+  if (size < 2 || size > kMaxFused) return false;
+  switch (c.kind) {
+    case CollectiveKind::allreduce:
+      return c.out.count > 0;  // on GPUs joined by peer access too (reduce_slices)
+    case CollectiveKind::barrier:
+    case CollectiveKind::send:
+    case CollectiveKind::recv:
+      return false;
+    default:
+      return ctx_->one_device();
+  }
+}
+
+bool Backend::run_mapped(const algorithms::Call& c, const std::string& what) {
+  const int size = ctx_->size();
+  const int me = ctx_->rank();
+  const Uses mine = uses_of(c, me);
+  ctx_->publish_buffers(mine.in ? c.in.data : nullptr, mine.out ? c.out.data : nullptr);
+  // Every rank's input is ready (the caller's work before the call has run) and its records
+  // are out.
+  ctx_->end_phase_after(ready_->get(), c.deadline, what);
+  for (int p = 0; p < size; ++p) {
+    const Uses u = uses_of(c, p);
+    const ControlBlock& b = ctx_->peer(p).block();
+    if ((u.in && b.in.usable == 0) || (u.out && b.out.usable == 0)) return false;
+  }
+  const bool lead = ctx_->one_device();
+  if (!lead || me == 0) {
+    Views v;
+    for (int p = 0; p < size; ++p) {
+      const Uses u = uses_of(c, p);
+      const ControlBlock& b = ctx_->peer(p).block();
+      if (u.in)
+        v.in[p] = p == me ? static_cast<const std::byte*>(c.in.data) : ctx_->peer_buffer(p, b.in);
+      if (u.out)
+        v.out[p] = p == me ? static_cast<std::byte*>(c.out.data) : ctx_->peer_buffer(p, b.out);
+    }
+    if (lead)
+      this->lead(c, v);
+    else
+      reduce_slices(c, v);
+  }
+  // Every output is complete, and nobody reads this rank's buffers any more (on one GPU only
+  // rank 0 put work on its device).
+  if (lead && me != 0)
+    ctx_->end_phase_after(nullptr, c.deadline, what);
+  else
+    ctx_->end_phase(c.deadline, what);
+  return true;
+}
+
+void Backend::lead(const algorithms::Call& c, const Views& v) {
+  const auto size = static_cast<std::size_t>(ctx_->size());
+  const int n = ctx_->size();
+  const DataType dtype = c.kind == CollectiveKind::reduce ? c.in.dtype : c.out.dtype;
+  const std::size_t es = dtype_size(dtype);
+  const int divisor = c.op == ReduceOp::avg ? n : 1;
+  cudaStream_t stream = ctx_->stream();
+  Fused f;
+  switch (c.kind) {
+    case CollectiveKind::allreduce:
+    case CollectiveKind::reduce: {
+      int outputs = 0;
+      for (std::size_t p = 0; p < size; ++p) {
+        f.in[p] = v.in[p];
+        if (v.out[p] != nullptr) f.out[outputs++] = v.out[p];
+      }
+      reduce_all_on_device(f, n, outputs, c.in.count, dtype, c.op, divisor, stream);
+      break;
+    }
+    case CollectiveKind::reduce_scatter: {
+      const std::size_t m = c.out.count;
+      for (std::size_t p = 0; p < size; ++p) {
+        for (std::size_t q = 0; q < size; ++q) f.in[q] = v.in[q] + p * m * es;
+        f.out[0] = v.out[p];
+        reduce_all_on_device(f, n, 1, m, dtype, c.op, divisor, stream);
+      }
+      break;
+    }
+    case CollectiveKind::broadcast:
+      for (std::size_t p = 0; p < size; ++p)
+        copy(v.out[p], v.in[static_cast<std::size_t>(c.root)], c.out.count * es);
+      break;
+    case CollectiveKind::allgather:
+    case CollectiveKind::allgatherv:
+    case CollectiveKind::gather: {
+      std::size_t first = 0;
+      for (std::size_t q = 0; q < size; ++q) {
+        const std::size_t count = c.kind == CollectiveKind::allgatherv ? c.counts[q] : c.in.count;
+        for (std::size_t p = 0; p < size; ++p)
+          if (v.out[p] != nullptr) copy(v.out[p] + first * es, v.in[q], count * es);
+        first += count;
+      }
+      break;
+    }
+    case CollectiveKind::scatter:
+      for (std::size_t p = 0; p < size; ++p)
+        copy(v.out[p], v.in[static_cast<std::size_t>(c.root)] + p * c.out.count * es,
+             c.out.count * es);
+      break;
+    case CollectiveKind::alltoall: {
+      const std::size_t m = c.in.count / size;
+      for (std::size_t p = 0; p < size; ++p)
+        for (std::size_t q = 0; q < size; ++q)
+          copy(v.out[p] + q * m * es, v.in[q] + p * m * es, m * es);
+      break;
+    }
+    case CollectiveKind::barrier:
+    case CollectiveKind::send:
+    case CollectiveKind::recv:
+      break;
+  }
+}
+
+void Backend::reduce_slices(const algorithms::Call& c, const Views& v) {
+  const std::size_t es = dtype_size(c.out.dtype);
+  const int size = ctx_->size();
+  const int me = ctx_->rank();
+  const Slice mine = slice_of(c.out.count, size, me, es);
+  if (mine.count == 0) return;
+  // Its own input first: in place, its output slice is that input.
+  const std::size_t first = mine.first * es;
+  std::byte* dst = v.out[static_cast<std::size_t>(me)] + first;
+  const auto input = [&](int k) { return v.in[static_cast<std::size_t>((me + k) % size)] + first; };
+  combine(dst, input(0), input(1), mine.count, c);
+  for (int k = 2; k < size; ++k) combine(dst, dst, input(k), mine.count, c);
+  if (c.op == ReduceOp::avg) divide_on_device(dst, mine.count, c.out.dtype, size, ctx_->stream());
+  for (int p = 0; p < size; ++p)
+    if (p != me) copy(v.out[static_cast<std::size_t>(p)] + first, dst, mine.count * es);
 }
 
 void Backend::allreduce(const algorithms::Call& c, const std::string& what) {

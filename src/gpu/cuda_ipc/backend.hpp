@@ -10,7 +10,9 @@
 
 #include "comm/device/backend.hpp"
 #include "gpu/cuda_ipc/context.hpp"
+#include "gpu/kernels.hpp"
 
+#include <array>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -30,6 +32,21 @@ class Backend final : public comm::DeviceBackend {
 
  private:
   void allreduce(const algorithms::Call& c, const std::string& what);
+  /// Where every rank's buffers of a mapped call are in this process (null where unused).
+  struct Views {
+    std::array<const std::byte*, kMaxFused> in{};
+    std::array<std::byte*, kMaxFused> out{};
+  };
+  /// Whether `c` may run on the ranks' own buffers (wire.hpp): every collective when all
+  /// ranks share one GPU, allreduce on GPUs joined by peer access too.
+  bool mappable(const algorithms::Call& c) const;
+  /// Runs `c` on the ranks' own buffers: on one GPU rank 0 does the whole collective (one
+  /// fused reduction pass, or the copies), elsewhere each rank reduces its slice. False
+  /// (after one phase, the same on every rank) when some rank's buffers cannot be mapped:
+  /// the call is then staged.
+  bool run_mapped(const algorithms::Call& c, const std::string& what);
+  void lead(const algorithms::Call& c, const Views& v);
+  void reduce_slices(const algorithms::Call& c, const Views& v);
   void reduce(const algorithms::Call& c, const std::string& what);
   void reduce_scatter(const algorithms::Call& c, const std::string& what);
   void broadcast(const algorithms::Call& c, const std::string& what);

@@ -8,10 +8,36 @@
 
 #include <fmt/format.h>
 
+#include <cuda.h>
 #include <new>
 #include <unistd.h>
 
 namespace tandem::gpu::cuda_ipc {
+namespace {
+
+using PointerAttributes = CUresult (*)(unsigned, CUpointer_attribute*, void**, CUdeviceptr);
+
+// cuPointerGetAttributes from the driver, found through the runtime: libtandem_cuda links the
+// runtime only, so that it loads on machines without a driver. Null when the driver has none.
+PointerAttributes pointer_attributes() {
+  static const PointerAttributes fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuPointerGetAttributes", &f, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return PointerAttributes{};
+    }
+    return reinterpret_cast<PointerAttributes>(f);
+  }();
+  return fn;
+}
+
+// At most this many of this process's allocations keep their exported handle at hand.
+constexpr std::size_t kExported = 64;
+
+}  // namespace
 
 Context::Context(const comm::DeviceSetup& setup, const WaitHooks& hooks)
     : rank_(setup.rank), hooks_(hooks), staging_(2 * kHalfBytes) {
@@ -69,6 +95,11 @@ void Context::drain(Deadline deadline, std::string_view what) {
 
 void Context::end_phase(Deadline deadline, std::string_view what) {
   drain(deadline, what);
+  end_phase_after(nullptr, deadline, what);
+}
+
+void Context::end_phase_after(cudaEvent_t after, Deadline deadline, std::string_view what) {
+  if (after != nullptr) wait_for_event(after, deadline, what, hooks_);
   ++step_;
   own_block_->step.store(step_, std::memory_order_release);
   poll_until(
@@ -78,6 +109,53 @@ void Context::end_phase(Deadline deadline, std::string_view what) {
         return true;
       },
       deadline, what, hooks_);
+}
+
+BufferRecord Context::describe_buffer(const void* p) {
+  BufferRecord r;
+  const PointerAttributes attributes = pointer_attributes();
+  if (p == nullptr || attributes == nullptr) return r;
+  CUpointer_attribute which[] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                 CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                                 CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE};
+  CUdeviceptr base = 0;
+  unsigned long long allocation = 0;
+  int capable = 0;
+  void* values[] = {&base, &allocation, &capable};
+  if (attributes(3, which, values, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS ||
+      capable == 0 || base == 0)
+    return r;
+  r.allocation = allocation;
+  r.offset = reinterpret_cast<std::uintptr_t>(p) - static_cast<std::uintptr_t>(base);
+  for (const Exported& e : exported_)
+    if (e.base == base && e.allocation == allocation) {
+      r.handle = e.handle;
+      r.usable = 1;
+      return r;
+    }
+  cudaIpcMemHandle_t handle{};
+  if (cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return r;
+  }
+  // A new allocation at an address seen before replaces the old entry.
+  std::erase_if(exported_, [&](const Exported& e) { return e.base == base; });
+  if (exported_.size() >= kExported) exported_.erase(exported_.begin());
+  exported_.push_back({static_cast<std::uintptr_t>(base), allocation, handle});
+  r.handle = handle;
+  r.usable = 1;
+  return r;
+}
+
+void Context::publish_buffers(const void* in, const void* out) {
+  own_block_->in = describe_buffer(in);
+  own_block_->out = in == out ? own_block_->in : describe_buffer(out);
+}
+
+bool Context::all_buffers_usable() const {
+  for (const Peer& p : peers_)
+    if (p.block().in.usable == 0 || p.block().out.usable == 0) return false;
+  return true;
 }
 
 std::string Context::describe() const {

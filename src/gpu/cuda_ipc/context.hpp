@@ -40,8 +40,27 @@ class Context {
   /// Ends a phase: waits until the device ran everything enqueued on stream(), publishes the
   /// next step, and returns once every peer published it too.
   void end_phase(Deadline deadline, std::string_view what);
+  /// end_phase() for a phase whose device work is `after` (an event recorded earlier), or
+  /// that put none on this rank's device (null): publishes the step without a drain.
+  void end_phase_after(cudaEvent_t after, Deadline deadline, std::string_view what);
   /// Waits until the device ran everything enqueued on stream() (the end of a call).
   void drain(Deadline deadline, std::string_view what);
+
+  /// Writes where this call's buffers are into this rank's control block (published by the
+  /// next end_phase()); false in the records when a buffer cannot be shared through CUDA IPC.
+  void publish_buffers(const void* in, const void* out);
+  /// After the end_phase() that published them: whether every rank's buffers can be mapped.
+  bool all_buffers_usable() const;
+  /// Whether every rank's staging is on this rank's GPU (ranks sharing one GPU).
+  bool one_device() const noexcept {
+    for (int same : same_device_)
+      if (same == 0) return false;
+    return true;
+  }
+  /// Rank `rank`'s buffer described by `record` (from its block), mapped in this process.
+  std::byte* peer_buffer(int rank, const BufferRecord& record) {
+    return peers_.at(static_cast<std::size_t>(rank)).map(record);
+  }
 
   /// What TANDEM_DEBUG=INFO says about the peers ("rank 1 on this GPU, rank 2 on cuda:1").
   std::string describe() const;
@@ -56,7 +75,15 @@ class Context {
   SharedBuffer control_;
   ControlBlock* own_block_ = nullptr;
   std::uint64_t step_ = 0;
-  std::vector<Peer> peers_;       ///< index = rank (this rank's own entry included)
+  std::vector<Peer> peers_;  ///< index = rank (this rank's own entry included)
+  /// This process's allocations already exported (their IPC handles are made once).
+  struct Exported {
+    std::uintptr_t base = 0;
+    std::uint64_t allocation = 0;
+    cudaIpcMemHandle_t handle{};
+  };
+  std::vector<Exported> exported_;
+  BufferRecord describe_buffer(const void* p);
   std::vector<int> same_device_;  ///< 1 where the peer's staging is on this GPU
 };
 

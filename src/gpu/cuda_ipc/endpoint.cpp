@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <unistd.h>
 #include <utility>
 
@@ -39,10 +40,42 @@ Peer::Peer(Peer&& other) noexcept
     : rank_(other.rank_),
       staging_(std::exchange(other.staging_, nullptr)),
       block_(other.block_),
-      opened_(std::exchange(other.opened_, false)) {}
+      opened_(std::exchange(other.opened_, false)),
+      mapped_(std::move(other.mapped_)),
+      uses_(other.uses_) {
+  other.mapped_.clear();
+}
 
 Peer::~Peer() {
+  for (const Mapped& m : mapped_) (void)cudaIpcCloseMemHandle(m.base);
   if (opened_ && staging_ != nullptr) (void)cudaIpcCloseMemHandle(staging_);
+}
+
+std::byte* Peer::map(const BufferRecord& record) {
+  ++uses_;
+  for (Mapped& m : mapped_)
+    if (m.allocation == record.allocation) {
+      m.used = uses_;
+      return m.base + record.offset;
+    }
+  if (mapped_.size() >= kMapped) {
+    auto oldest =
+        std::min_element(mapped_.begin(), mapped_.end(),
+                         [](const Mapped& a, const Mapped& b) { return a.used < b.used; });
+    (void)cudaIpcCloseMemHandle(oldest->base);
+    mapped_.erase(oldest);
+  }
+  void* p = nullptr;
+  const cudaError_t e = cudaIpcOpenMemHandle(&p, record.handle, cudaIpcMemLazyEnablePeerAccess);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    TANDEM_THROW(ErrorCode::Io,
+                 "cannot map rank {}'s buffer through CUDA IPC: {} ({}); set "
+                 "TANDEM_GPU_TRANSPORT=nccl if every rank has a GPU of its own",
+                 rank_, cudaGetErrorString(e), cudaGetErrorName(e));
+  }
+  mapped_.push_back({record.allocation, static_cast<std::byte*>(p), uses_});
+  return mapped_.back().base + record.offset;
 }
 
 }  // namespace tandem::gpu::cuda_ipc

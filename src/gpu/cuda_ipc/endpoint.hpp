@@ -1,10 +1,12 @@
 #pragma once
 // One rank of a CUDA IPC group as this process sees it: where its staging buffer is mapped
-// (opened from its IPC handle, or this rank's own) and where its control block is.
+// (opened from its IPC handle, or this rank's own), where its control block is, and the
+// allocations of its own buffers that this process has mapped (a small cache).
 
 #include "gpu/cuda_ipc/wire.hpp"
 
 #include <cstddef>
+#include <vector>
 
 namespace tandem::gpu::cuda_ipc {
 
@@ -28,12 +30,30 @@ class Peer {
   std::byte* out() const noexcept { return staging_ + kHalfBytes; }
   /// The phases this rank has completed.
   std::uint64_t step() const noexcept { return load_step(block_); }
+  /// Its control block (read the records after its step showed the phase that wrote them).
+  const ControlBlock& block() const noexcept { return *block_; }
+
+  /// Where `record` (one of this rank's buffers, usable) is in this process: its allocation
+  /// mapped once and kept (up to kMapped allocations per rank; the least recently used is
+  /// closed first, and a mapping whose allocation the peer replaced is never used again).
+  /// Throws Error(Io) when CUDA refuses to map it.
+  std::byte* map(const BufferRecord& record);
+
+  static constexpr std::size_t kMapped = 16;
 
  private:
+  struct Mapped {
+    std::uint64_t allocation = 0;
+    std::byte* base = nullptr;
+    std::uint64_t used = 0;  ///< when it was last used, in map() calls
+  };
+
   int rank_;
   std::byte* staging_;
   const ControlBlock* block_;
   bool opened_ = false;  ///< staging_ came from cudaIpcOpenMemHandle
+  std::vector<Mapped> mapped_;
+  std::uint64_t uses_ = 0;
 };
 
 }  // namespace tandem::gpu::cuda_ipc

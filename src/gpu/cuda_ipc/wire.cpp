@@ -10,7 +10,7 @@ namespace tandem::gpu::cuda_ipc {
 namespace {
 
 constexpr std::uint32_t kMagic = 0x54495043;  // "TIPC"
-constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kVersion = 2;         // 2: control blocks carry buffer records
 
 struct Packed {
   std::uint32_t magic;

@@ -8,6 +8,12 @@
 // kernels, then publishing step + 1; it starts the next phase once every peer's step reached
 // its own. A phase that reads peers' staging is always followed by such a step before anyone
 // writes that staging again, so no copy ever reads memory a peer is rewriting.
+//
+// An allreduce on buffers from cudaMalloc skips the staging: each rank writes where its input
+// and output are (a BufferRecord: the allocation's IPC handle and the offset) into its control
+// block before the step that ends the call's first phase, every rank maps the peers' buffers
+// (cached per allocation), reduces its slice of every input into every output, and ends a
+// second phase. Every rank decides from all ranks' records, so all take the same path.
 
 #include <atomic>
 #include <cstddef>
@@ -32,11 +38,26 @@ std::string encode(const StagingRecord& r);
 /// Throws Error(Io) naming `rank` when the text is not one of this build's records.
 StagingRecord decode_staging_record(std::string_view text, int rank);
 
-/// One rank's control block in host shared memory.
+/// Where one of a rank's buffers is for the current call: its allocation's IPC handle, the
+/// allocation's process-wide id (CU_POINTER_ATTRIBUTE_BUFFER_ID: a new id is a new allocation,
+/// even at a reused address) and the buffer's offset in it. `usable` is 0 when the buffer
+/// cannot be shared this way (memory not from cudaMalloc, such as managed or virtual-memory
+/// allocations): then every rank stages the call.
+struct BufferRecord {
+  cudaIpcMemHandle_t handle{};
+  std::uint64_t allocation = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t usable = 0;
+};
+
+/// One rank's control block in host shared memory. The records are written before the step
+/// that publishes them (release) and read after it (acquire).
 struct alignas(64) ControlBlock {
   std::atomic<std::uint64_t> step{0};  ///< phases this rank completed, since creation
+  BufferRecord in alignas(64);
+  BufferRecord out;
 };
-static_assert(sizeof(ControlBlock) == 64);
+static_assert(offsetof(ControlBlock, in) == 64 && sizeof(ControlBlock) % 64 == 0);
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 
 /// The step a peer's block shows (an acquire load of memory another process writes).
