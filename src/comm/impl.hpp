@@ -225,6 +225,9 @@ namespace tandem {
 /// config and connects the mesh; exec/ owns the queue; the failure and the diagnostics are
 /// written by whichever thread owns the mesh.
 struct Communicator::Impl {
+  /// Unique among this process's communicators, past and present (the API's memo of the last
+  /// checked call is keyed by it, not by an address a later communicator may reuse).
+  const std::uint64_t serial = next_serial();
   comm::Identity id;
   comm::Rendezvous rendezvous;  ///< before the mesh: its store server outlives it
   comm::Config config;
@@ -239,6 +242,10 @@ struct Communicator::Impl {
   comm::Diagnostics diag;
 
   Impl() { wait_helper->impl = this; }
+  static std::uint64_t next_serial() noexcept {
+    static std::atomic<std::uint64_t> last{0};
+    return last.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
   /// Stops the monitor, whose mismatch handler points here, if shutdown() did not.

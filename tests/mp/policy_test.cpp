@@ -6,8 +6,10 @@
 
 #include <tandem/error.hpp>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 namespace tandem::mptest {
@@ -77,6 +79,37 @@ TEST(Policy, PerCollectiveSettingAndCommOptions) {
         EXPECT_EQ(v[999], 1.0);
       },
       run_options("tcp", {"TANDEM_ALGO=allreduce=ring;broadcast=tree"}));
+  testing::expect_all_ok(exits);
+}
+
+// A repeated call skips its checks and the selector (the API remembers the last call it
+// checked): what it remembers belongs to one communicator and one exact call.
+TEST(Policy, ARepeatedCallIsRecheckedWhenAnythingDiffers) {
+  const auto exits = testing::run_ranks(
+      2,
+      [&](const testing::RankContext& ctx) {
+        std::vector<float> v(8, 1.0f);
+        const BufferView view = BufferView::of(std::span<float>(v));
+        for (const char* algo : {"ring", "recursive_doubling", "ring"}) {
+          // A new communicator (often at the address of the last one) with another choice.
+          CommOptions o;
+          o.algorithm = fmt::format("allreduce={}", algo);
+          o.store_prefix = algo + std::to_string(v[0]);
+          auto comm = Communicator::create(ctx.store(), ctx.rank, ctx.size, o);
+          comm->allreduce(view, ReduceOp::sum);
+          comm->allreduce(view, ReduceOp::sum);
+          EXPECT_EQ(comm->last_algorithm(), algo);
+          // The same buffer with a count the output does not have, and a root that does not
+          // exist: both checked although the pointers repeat.
+          const BufferView shorter = BufferView::of(std::span<float>(v.data(), 4));
+          EXPECT_THROW(comm->allreduce(view, shorter, ReduceOp::sum), Error);
+          EXPECT_THROW(comm->broadcast(view, 5), Error);
+          comm->broadcast(view, 0);
+          EXPECT_THROW(comm->broadcast(view, 2), Error);
+        }
+        EXPECT_EQ(v[7], 64.0f);  // six sums of two ranks
+      },
+      run_options("shm"));
   testing::expect_all_ok(exits);
 }
 

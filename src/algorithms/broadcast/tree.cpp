@@ -16,6 +16,23 @@ void tree_broadcast(const Call& call, Context& ctx, DataType dt, const std::byte
   const std::size_t es = dtype_size(dt);
   if (r == root && n == 1) copy_bytes(out, src, count * es);
   if (n == 1 || count == 0) return;
+  if (n == 2 && count <= chunk_elems(ctx, dt)) {
+    // Two ranks, one chunk: one request on the stack, no tree (a small broadcast's path).
+    Request q = r == root ? Request::make_send(1 - r, call.tag, src, count * es)
+                          : Request::make_recv(root, call.tag, out, count * es);
+    mesh.post(q);
+    struct InFlight {  // a wait that throws must not leave the posted request to the mesh
+      transport::Mesh& mesh;
+      const Request& q;
+      ~InFlight() {
+        if (!q.complete && mesh.error() == nullptr)
+          mesh.abort(Error(ErrorCode::Aborted, "a collective failed with requests in flight"));
+      }
+    } guard{mesh, q};
+    if (r == root) copy_bytes(out, src, count * es);
+    mesh.wait(q, call.deadline);
+    return;
+  }
   const int vr = mod(r - root, n);
   const BinomialNode node = binomial_node(vr, n);
   const auto real = [&](int v) { return mod(v + root, n); };
