@@ -218,6 +218,64 @@ TEST(Tandemrun, LogDirGetsOneFilePerRank) {
   }
 }
 
+// What Paddle's launcher (python -m paddle.distributed.launch --selected_gpus 4,6 --log_dir
+// DIR, FLAGS_START_PORT=7100) gives each worker, computed here as Paddle computes it, field by
+// field; CUDA_VISIBLE_DEVICES stays the user's, as under Paddle.
+TEST(Tandemrun, PaddleProgramsSeePaddlesEnvironment) {
+  TempDir dir;
+  const std::vector<std::string> fields{
+      "PADDLE_TRAINER_ID",       "PADDLE_TRAINERS_NUM", "PADDLE_TRAINER_ENDPOINTS",
+      "PADDLE_CURRENT_ENDPOINT", "PADDLE_RANK_IN_NODE", "PADDLE_GLOBAL_RANK",
+      "PADDLE_GLOBAL_SIZE",      "PADDLE_LOCAL_RANK",   "PADDLE_LOCAL_SIZE",
+      "PADDLE_NNODES",           "FLAGS_selected_gpus", "CUDA_VISIBLE_DEVICES",
+      "PADDLE_DISTRI_BACKEND"};
+  std::string script;
+  for (const auto& f : fields) script += fmt::format("echo {0}=${{{0}:-unset}}; ", f);
+  const auto r = run_process(
+      {tandemrun_path(), "--selected_gpus", "4,6", "--log_dir", dir.str(), "/bin/sh", "-c", script},
+      {"FLAGS_START_PORT=7100", "CUDA_VISIBLE_DEVICES=2,4,6"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> devices{"4", "6"};
+  for (int i = 0; i < 2; ++i) {
+    const std::map<std::string, std::string> want{
+        {"PADDLE_TRAINER_ID", std::to_string(i)},
+        {"PADDLE_TRAINERS_NUM", "2"},
+        {"PADDLE_TRAINER_ENDPOINTS", "127.0.0.1:7100,127.0.0.1:7101"},
+        {"PADDLE_CURRENT_ENDPOINT", fmt::format("127.0.0.1:{}", 7100 + i)},
+        {"PADDLE_RANK_IN_NODE", std::to_string(i)},
+        {"PADDLE_GLOBAL_RANK", std::to_string(i)},
+        {"PADDLE_GLOBAL_SIZE", "2"},
+        {"PADDLE_LOCAL_RANK", std::to_string(i)},
+        {"PADDLE_LOCAL_SIZE", "2"},
+        {"PADDLE_NNODES", "1"},
+        {"FLAGS_selected_gpus", devices[static_cast<std::size_t>(i)]},
+        {"CUDA_VISIBLE_DEVICES", "2,4,6"},
+        {"PADDLE_DISTRI_BACKEND", "unset"}};
+    // Paddle's log layout: DIR/workerlog.<local rank>, holding what the worker printed.
+    std::ifstream f(fmt::format("{}/workerlog.{}", dir.str(), i));
+    ASSERT_TRUE(f.good()) << "missing workerlog." << i;
+    std::string line;
+    std::size_t seen = 0;
+    while (std::getline(f, line)) {
+      const auto eq = line.find('=');
+      ASSERT_NE(eq, std::string::npos) << line;
+      EXPECT_EQ(line.substr(eq + 1), want.at(line.substr(0, eq))) << "worker " << i;
+      ++seen;
+    }
+    EXPECT_EQ(seen, fields.size());
+  }
+  // --start_port wins over FLAGS_START_PORT; without devices Paddle says gloo.
+  const auto cpu = run_process(
+      {tandemrun_path(), "--nproc-per-node", "2", "--start_port", "9000", "/bin/sh", "-c",
+       "echo $PADDLE_CURRENT_ENDPOINT $PADDLE_DISTRI_BACKEND "
+       "${FLAGS_selected_gpus:-none}"},
+      {"FLAGS_START_PORT=7100"});
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  auto lines = by_rank(cpu.out);
+  EXPECT_EQ(lines[0], std::vector<std::string>{"127.0.0.1:9000 gloo none"});
+  EXPECT_EQ(lines[1], std::vector<std::string>{"127.0.0.1:9001 gloo none"});
+}
+
 TEST(Tandemrun, RemovesLeftoverShmSegmentsOfItsRun) {
   const std::string run = fmt::format("shmtest{}", ::getpid());
   const std::string other = fmt::format("/dev/shm/tandem-other{}-keep", ::getpid());

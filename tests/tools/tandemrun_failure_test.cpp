@@ -222,6 +222,10 @@ TEST(TandemrunUsage, MalformedValuesExit2WithOneLine) {
       {{"--nproc-per-node", "2", "--max-restarts", "-1"}, "--max-restarts"},
       {{"--nproc-per-node", "2", "--ips", "10.9.9.1,10.9.9.1"}, "listed twice"},
       {{"--nproc-per-node", "2", "--ips", "10.9.9.1,10.9.9.2"}, "none of these is an address"},
+      {{"--gpus", "0,1", "--selected_gpus", "0,1"}, "give one of them"},
+      {{"--nproc-per-node", "2", "--log-dir", "/tmp/a", "--log_dir", "/tmp/b"}, "--log_dir"},
+      {{"--nproc-per-node", "2", "--start_port", "65535"}, "--start_port '65535'"},
+      {{"--selected_gpus", "0,,1"}, "an empty entry"},
   };
   for (const auto& [args, needle] : cases) {
     std::vector<std::string> argv{tandemrun_path()};
@@ -234,6 +238,11 @@ TEST(TandemrunUsage, MalformedValuesExit2WithOneLine) {
     EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
     EXPECT_EQ(r.out, "");
   }
+  // Paddle's variable for the endpoints' first port is checked like the flag.
+  const auto port = run_process({tandemrun_path(), "--nproc-per-node", "1", "/bin/true"},
+                                {"FLAGS_START_PORT=port"});
+  EXPECT_EQ(port.exit_code, 2);
+  EXPECT_NE(port.err.find("FLAGS_START_PORT 'port'"), std::string::npos) << port.err;
   const auto missing = run_process({tandemrun_path(), "/bin/true"});
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.err.find("--nproc-per-node is required"), std::string::npos);

@@ -336,6 +336,40 @@ TEST_F(TandemrunMultiNode, IpsListGivesEachNodeItsRank) {
   EXPECT_NE(rb.out.find(fmt::format("[rank 3]: 3 1 1 6 {}\n", m)), std::string::npos) << rb.out;
 }
 
+// Paddle's endpoints across two hosts (--ips, --start_port): node addresses by node rank,
+// ports by local rank, as Paddle's launcher lists them.
+TEST_F(TandemrunMultiNode, PaddleEndpointsListEveryTrainerOfEveryNode) {
+  const std::vector<std::string> args{
+      "--ips",
+      pair_->addr(0) + "," + pair_->addr(1),
+      "--master-port",
+      std::to_string(kPort),
+      "--nproc-per-node",
+      "2",
+      "--start_port",
+      "7200",
+      "/bin/sh",
+      "-c",
+      "echo $PADDLE_TRAINER_ID $PADDLE_TRAINERS_NUM $PADDLE_NNODES $PADDLE_CURRENT_ENDPOINT "
+      "$PADDLE_TRAINER_ENDPOINTS $PADDLE_MASTER"};
+  auto a = node(0, args, false);
+  auto b = node(1, args, false);
+  const auto ra = a->wait(kExit);
+  const auto rb = b->wait(kExit);
+  ASSERT_EQ(ra.exit_code, 0) << ra.err;
+  ASSERT_EQ(rb.exit_code, 0) << rb.err;
+  const std::string h0 = pair_->addr(0), h1 = pair_->addr(1);
+  const std::string all = fmt::format("{0}:7200,{0}:7201,{1}:7200,{1}:7201", h0, h1);
+  const std::string master = fmt::format("{}:", h0);
+  const auto line = [&](int rank, const std::string& host, int port) {
+    return fmt::format("[rank {}]: {} 4 2 {}:{} {} {}", rank, rank, host, port, all, master);
+  };
+  EXPECT_NE(ra.out.find(line(0, h0, 7200)), std::string::npos) << ra.out;
+  EXPECT_NE(ra.out.find(line(1, h0, 7201)), std::string::npos) << ra.out;
+  EXPECT_NE(rb.out.find(line(2, h1, 7200)), std::string::npos) << rb.out;
+  EXPECT_NE(rb.out.find(line(3, h1, 7201)), std::string::npos) << rb.out;
+}
+
 TEST_F(TandemrunMultiNode, NodesWithoutNodeRankAndUnequalWorkerCountsGetNodeMajorRanks) {
   // Node 1 starts first; the host of --master-addr is still node 0.
   const std::string script =

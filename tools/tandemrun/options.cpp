@@ -167,7 +167,7 @@ void print_usage_error(const CLI::App& app, std::string_view what, bool with_usa
 // Raw values of the flags, before they are checked against each other.
 struct Raw {
   std::string nproc, nnodes = "1", master_port, run_id, rdzv_endpoint, rdzv_backend = "static";
-  std::string redirects, tee, gpus, ips, ranks_filter, cpu_bind = "none";
+  std::string redirects, tee, gpus, selected_gpus, ips, start_port, ranks_filter, cpu_bind = "none";
   int node_rank = -1, max_restarts = 0;
   double grace_s = 10, rdzv_timeout_s = 900, monitor_s = 1;
   bool standalone = false, no_python = false, module = false, use_env = false;
@@ -188,6 +188,16 @@ void add_options(CLI::App& app, Raw& raw, LaunchOptions& o) {
       ->group(workers)
       ->type_name("LIST")
       ->option_text("0,1,... (default: none)");
+  app.add_option("--selected_gpus,--selected-gpus", raw.selected_gpus,
+                 "Paddle's meaning: one worker per listed device; local rank i gets "
+                 "FLAGS_selected_gpus=<i-th entry>, CUDA_VISIBLE_DEVICES stays as it is")
+      ->group(workers)
+      ->type_name("LIST");
+  app.add_option("--start_port,--start-port", raw.start_port,
+                 "Paddle's endpoints: local rank i's port in PADDLE_TRAINER_ENDPOINTS is this + "
+                 "i (default: FLAGS_START_PORT, else PADDLE_START_PORT, else 6070)")
+      ->group(workers)
+      ->type_name("PORT");
   app.add_option("--cpu-bind,--cpu_bind", raw.cpu_bind,
                  "Bind each local rank before it starts: 'core' (its own cores, ranks spread over "
                  "NUMA nodes), 'numa' (every CPU of one NUMA node, round robin) or 'none'")
@@ -259,8 +269,13 @@ void add_options(CLI::App& app, Raw& raw, LaunchOptions& o) {
                "One node, store on loopback at a free port (the defaults)")
       ->group(nodes);
 
-  app.add_option("--log-dir,--log_dir", o.log_dir,
+  app.add_option("--log-dir", o.log_dir,
                  "Also write each worker's output to DIR/RUN_ID/rank_N.log (N: global rank)")
+      ->group(out)
+      ->type_name("DIR");
+  app.add_option("--log_dir", o.paddle_log_dir,
+                 "Paddle's layout: also write each worker's output to DIR/workerlog.N (N: local "
+                 "rank)")
       ->group(out)
       ->type_name("DIR");
   app.add_option("-r,--redirects", raw.redirects,
@@ -316,6 +331,19 @@ std::vector<std::string> python_command(std::vector<std::string> command, const 
 
 // Cross-checks the raw values and fills `o`.
 void finish(const CLI::App& app, const Raw& raw, LaunchOptions& o) {
+  if (!raw.selected_gpus.empty()) {
+    if (!raw.gpus.empty())
+      throw UsageError("--gpus and --selected_gpus both list devices: give one of them");
+    o.devices = split_list(raw.selected_gpus);
+    o.paddle_devices = true;
+    for (const auto& d : o.devices) {
+      if (d.empty())
+        throw UsageError(
+            fmt::format("--selected_gpus '{}': an empty entry (give e.g. 0,1)", raw.selected_gpus));
+    }
+    if (o.devices.size() > static_cast<std::size_t>(kMaxProcs))
+      throw UsageError(fmt::format("--selected_gpus lists more than {} devices", kMaxProcs));
+  }
   if (!raw.gpus.empty()) {
     o.devices = split_list(raw.gpus);
     for (const auto& d : o.devices) {
@@ -363,6 +391,7 @@ void finish(const CLI::App& app, const Raw& raw, LaunchOptions& o) {
   }
   if (!raw.ips.empty()) {
     const auto ips = split_list(raw.ips);
+    o.ips = ips;
     for (std::size_t i = 0; i < ips.size(); ++i) {
       if (ips[i].empty())
         throw UsageError(
@@ -415,6 +444,25 @@ void finish(const CLI::App& app, const Raw& raw, LaunchOptions& o) {
     o.master_port = kMultiNodePort;
   }
   if (o.master_addr.empty()) throw UsageError("--master-addr must not be empty");
+  {
+    // Paddle's endpoints: the flag, else the variables Paddle's launchers read.
+    std::string text = raw.start_port, source = "--start_port";
+    for (const char* name : {"FLAGS_START_PORT", "PADDLE_START_PORT"}) {
+      const char* v = std::getenv(name);
+      if (text.empty() && v != nullptr && *v != '\0') {
+        text = v;
+        source = name;
+      }
+    }
+    if (!text.empty()) {
+      const auto p = net::parse_port(text);
+      if (!p || *p + o.nproc_per_node - 1 > 65535)
+        throw UsageError(
+            fmt::format("{} '{}' is not a port from which {} worker port(s) fit below 65536",
+                        source, text, o.nproc_per_node));
+      o.start_port = *p;
+    }
+  }
   if (!raw.run_id.empty()) check_run_id(raw.run_id);
   o.run_id = raw.run_id;
 
@@ -427,9 +475,13 @@ void finish(const CLI::App& app, const Raw& raw, LaunchOptions& o) {
 
   if (!raw.redirects.empty()) {
     o.redirects = parse_stream_mask(raw.redirects, "--redirects");
-    if (o.log_dir.empty())
+    if (o.log_dir.empty() && o.paddle_log_dir.empty())
       throw UsageError("--redirects needs --log-dir (where the redirected output goes)");
   }
+  if (!o.log_dir.empty() && !o.paddle_log_dir.empty())
+    throw UsageError(
+        "--log-dir and --log_dir (Paddle's layout, workerlog.N) both name where the "
+        "output goes: give one of them");
   if (!raw.tee.empty()) parse_stream_mask(raw.tee, "--tee");
   if (!raw.ranks_filter.empty()) o.local_ranks_filter = parse_rank_list(raw.ranks_filter);
 

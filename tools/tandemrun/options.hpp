@@ -1,6 +1,7 @@
 #pragma once
 // Command line of tandemrun: torchrun's flags (dash and underscore spellings) plus Paddle's
-// --gpus/--devices and --ips, parsed into LaunchOptions. Everything after PROGRAM belongs to
+// --gpus/--devices, --selected_gpus, --ips, --start_port and --log_dir, parsed into
+// LaunchOptions. Everything after PROGRAM belongs to
 // PROGRAM.
 
 #include "topo/binding.hpp"
@@ -26,6 +27,15 @@ struct LaunchOptions {
   int nproc_per_node = 0;
   /// --gpus/--devices: local rank i gets CUDA_VISIBLE_DEVICES=devices[i] (empty: not set).
   std::vector<std::string> devices;
+  /// The devices came from --selected_gpus (Paddle's spelling), with Paddle's meaning: local
+  /// rank i gets FLAGS_selected_gpus=devices[i] and CUDA_VISIBLE_DEVICES is left as it is.
+  bool paddle_devices = false;
+  /// Local rank i's port in PADDLE_TRAINER_ENDPOINTS and PADDLE_CURRENT_ENDPOINT: start_port + i
+  /// (--start_port, else FLAGS_START_PORT or PADDLE_START_PORT, else Paddle's 6070). The
+  /// program binds it, if it does; tandemrun does not.
+  int start_port = 6070;
+  /// --ips: node i's address (PADDLE_TRAINER_ENDPOINTS); empty when not given.
+  std::vector<std::string> ips;
   /// --cpu-bind: the CPUs each local rank is bound to before exec (none: not bound).
   topo::CpuBind cpu_bind = topo::CpuBind::none;
 
@@ -42,7 +52,10 @@ struct LaunchOptions {
   std::chrono::milliseconds monitor_interval{std::chrono::seconds(1)};
   std::chrono::milliseconds grace_period{std::chrono::seconds(10)};
 
-  std::string log_dir;                  ///< empty: console only
+  std::string log_dir;  ///< empty: console only
+  /// --log_dir (Paddle's spelling, Paddle's layout): each worker's output also goes to
+  /// DIR/workerlog.N (N: local rank). Empty: not asked.
+  std::string paddle_log_dir;
   StreamMask redirects;                 ///< streams written to the log files only
   std::vector<int> local_ranks_filter;  ///< local ranks shown on the console; empty: all
   std::vector<std::string> command;     ///< PROGRAM and its arguments (a .py file or -m

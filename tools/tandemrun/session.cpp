@@ -198,6 +198,47 @@ std::string python_package_dir() {
 
 }  // namespace
 
+void Session::add_paddle_env(const Assignment& a, int local_rank,
+                             std::vector<std::pair<std::string_view, std::string>>& set) const {
+  // What Paddle's launcher (python -m paddle.distributed.launch) gives each worker, field by
+  // field: the trainers' endpoints are node addresses (--ips, else the one node's master
+  // address, else the node's host name) with ports start_port + local rank.
+  const NodeSlot& me = a.self();
+  const auto host = [&](int node) {
+    if (static_cast<std::size_t>(node) < options_.ips.size())
+      return options_.ips[static_cast<std::size_t>(node)];
+    return a.nnodes() == 1 ? a.master_addr : a.nodes.at(static_cast<std::size_t>(node)).host;
+  };
+  std::vector<std::string> endpoints;
+  for (const NodeSlot& n : a.nodes)
+    for (int i = 0; i < n.nproc; ++i)
+      endpoints.push_back(
+          net::format_host_port(host(n.node), static_cast<std::uint16_t>(options_.start_port + i)));
+  const auto rank = static_cast<std::size_t>(me.first_rank + local_rank);
+  const std::string world = std::to_string(a.world_size);
+  set.emplace_back("PADDLE_TRAINER_ID", std::to_string(rank));
+  set.emplace_back("PADDLE_TRAINERS_NUM", world);
+  set.emplace_back("PADDLE_TRAINER_ENDPOINTS", fmt::format("{}", fmt::join(endpoints, ",")));
+  set.emplace_back("PADDLE_CURRENT_ENDPOINT", endpoints.at(rank));
+  set.emplace_back("PADDLE_RANK_IN_NODE", std::to_string(local_rank));
+  set.emplace_back("PADDLE_GLOBAL_RANK", std::to_string(rank));
+  set.emplace_back("PADDLE_GLOBAL_SIZE", world);
+  set.emplace_back("PADDLE_LOCAL_RANK", std::to_string(local_rank));
+  set.emplace_back("PADDLE_LOCAL_SIZE", std::to_string(me.nproc));
+  set.emplace_back("PADDLE_NNODES", std::to_string(a.nnodes()));
+  set.emplace_back("PADDLE_MASTER", net::format_host_port(a.master_addr, a.master_port));
+  if (options_.devices.empty()) {
+    set.emplace_back("PADDLE_DISTRI_BACKEND", "gloo");  // Paddle's choice without devices
+  } else {
+    // Paddle's device index: the listed one where CUDA_VISIBLE_DEVICES is left alone
+    // (--selected_gpus), 0 where --gpus narrowed it to that one device.
+    set.emplace_back("FLAGS_selected_gpus",
+                     options_.paddle_devices
+                         ? options_.devices.at(static_cast<std::size_t>(local_rank))
+                         : std::string("0"));
+  }
+}
+
 std::vector<std::string> Session::worker_env(const Assignment& a, int local_rank) const {
   const NodeSlot& me = a.self();
   const std::string rank = std::to_string(me.first_rank + local_rank);
@@ -223,9 +264,10 @@ std::vector<std::string> Session::worker_env(const Assignment& a, int local_rank
       {"TANDEM_RUN_ID", run_id_},
       {"TANDEM_RESTART_COUNT", restarts},
   };
-  if (!options_.devices.empty())
+  if (!options_.devices.empty() && !options_.paddle_devices)
     set.emplace_back("CUDA_VISIBLE_DEVICES",
                      options_.devices.at(static_cast<std::size_t>(local_rank)));
+  add_paddle_env(a, local_rank, set);
   std::set<std::string_view> names;
   for (const auto& [k, v] : set) names.insert(k);
   // Never inherited: with it a PyTorch worker would expect the launcher's store at
@@ -258,7 +300,17 @@ std::vector<std::string> Session::worker_env(const Assignment& a, int local_rank
   return env;
 }
 
-std::string Session::log_path(int rank) const {
+std::string Session::log_path(int rank, int local_rank) const {
+  if (!options_.paddle_log_dir.empty()) {
+    const fs::path dir(options_.paddle_log_dir);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) {
+      TANDEM_THROW(ErrorCode::Io, "cannot create the log directory {}: {} (check --log_dir)",
+                   dir.string(), ec.message());
+    }
+    return (dir / fmt::format("workerlog.{}", local_rank)).string();
+  }
   if (options_.log_dir.empty()) return {};
   const fs::path dir = fs::path(options_.log_dir) / run_id_;
   std::error_code ec;

@@ -68,14 +68,18 @@ class Session {
   /// Keeps the reservation of the workers' MASTER_PORT (node 0) until the next one.
   void hold_worker_port(net::Fd fd) { worker_port_ = std::move(fd); }
 
-  /// Creates LOG_DIR/RUN_ID/ and returns the path of rank `rank`'s log file there (empty
-  /// without --log-dir). Throws Error(Io) naming the directory.
-  std::string log_path(int rank) const;
+  /// Creates LOG_DIR/RUN_ID/ and returns the path of rank `rank`'s log file there, or with
+  /// --log_dir (Paddle's layout) DIR/workerlog.<local_rank>; empty without either. Throws
+  /// Error(Io) naming the directory.
+  std::string log_path(int rank, int local_rank) const;
 
   /// Removes /dev/shm/tandem-RUN_ID-* segments; returns how many were removed.
   int remove_shm_segments() const;
 
  private:
+  /// The variables Paddle's launcher sets, appended to `set`.
+  void add_paddle_env(const Assignment& a, int local_rank,
+                      std::vector<std::pair<std::string_view, std::string>>& set) const;
   void start_server(bool must);
   void connect_client(const std::function<void()>& interrupted);
   void agree_on_run_id();

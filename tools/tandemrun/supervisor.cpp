@@ -113,7 +113,7 @@ void Supervisor::start_workers() {
     auto w = std::make_unique<Worker>();
     w->local_rank = local;
     w->rank = me.first_rank + local;
-    const std::string log = session_.log_path(w->rank);
+    const std::string log = session_.log_path(w->rank, local);
     if (!log.empty()) {
       // A restarted worker's lines follow those of its earlier runs.
       const int mode = assignment_.round == 0 ? O_TRUNC : O_APPEND;
