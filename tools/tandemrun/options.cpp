@@ -329,29 +329,26 @@ std::vector<std::string> python_command(std::vector<std::string> command, const 
   return out;
 }
 
+// The devices of --gpus or --selected_gpus.
+std::vector<std::string> device_list(const std::string& text, std::string_view flag) {
+  auto devices = split_list(text);
+  for (const auto& d : devices) {
+    if (d.empty())
+      throw UsageError(fmt::format("{} '{}': an empty entry (give e.g. 0,1)", flag, text));
+  }
+  if (devices.size() > static_cast<std::size_t>(kMaxProcs))
+    throw UsageError(fmt::format("{} lists more than {} devices", flag, kMaxProcs));
+  return devices;
+}
+
 // Cross-checks the raw values and fills `o`.
 void finish(const CLI::App& app, const Raw& raw, LaunchOptions& o) {
+  if (!raw.selected_gpus.empty() && !raw.gpus.empty())
+    throw UsageError("--gpus and --selected_gpus both list devices: give one of them");
+  if (!raw.gpus.empty()) o.devices = device_list(raw.gpus, "--gpus");
   if (!raw.selected_gpus.empty()) {
-    if (!raw.gpus.empty())
-      throw UsageError("--gpus and --selected_gpus both list devices: give one of them");
-    o.devices = split_list(raw.selected_gpus);
+    o.devices = device_list(raw.selected_gpus, "--selected_gpus");
     o.paddle_devices = true;
-    for (const auto& d : o.devices) {
-      if (d.empty())
-        throw UsageError(
-            fmt::format("--selected_gpus '{}': an empty entry (give e.g. 0,1)", raw.selected_gpus));
-    }
-    if (o.devices.size() > static_cast<std::size_t>(kMaxProcs))
-      throw UsageError(fmt::format("--selected_gpus lists more than {} devices", kMaxProcs));
-  }
-  if (!raw.gpus.empty()) {
-    o.devices = split_list(raw.gpus);
-    for (const auto& d : o.devices) {
-      if (d.empty())
-        throw UsageError(fmt::format("--gpus '{}': an empty entry (give e.g. 0,1)", raw.gpus));
-    }
-    if (o.devices.size() > static_cast<std::size_t>(kMaxProcs))
-      throw UsageError(fmt::format("--gpus lists more than {} devices", kMaxProcs));
   }
   const auto bind = topo::parse_cpu_bind(raw.cpu_bind);
   if (!bind) {

@@ -300,26 +300,30 @@ std::vector<std::string> Session::worker_env(const Assignment& a, int local_rank
   return env;
 }
 
-std::string Session::log_path(int rank, int local_rank) const {
-  if (!options_.paddle_log_dir.empty()) {
-    const fs::path dir(options_.paddle_log_dir);
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) {
-      TANDEM_THROW(ErrorCode::Io, "cannot create the log directory {}: {} (check --log_dir)",
-                   dir.string(), ec.message());
-    }
-    return (dir / fmt::format("workerlog.{}", local_rank)).string();
-  }
-  if (options_.log_dir.empty()) return {};
-  const fs::path dir = fs::path(options_.log_dir) / run_id_;
+namespace {
+
+fs::path make_log_dir(const fs::path& dir, std::string_view flag) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
-    TANDEM_THROW(ErrorCode::Io, "cannot create the log directory {}: {} (check --log-dir)",
-                 dir.string(), ec.message());
+    TANDEM_THROW(ErrorCode::Io, "cannot create the log directory {}: {} (check {})", dir.string(),
+                 ec.message(), flag);
   }
-  return (dir / fmt::format("rank_{}.log", rank)).string();
+  return dir;
+}
+
+}  // namespace
+
+std::string Session::log_path(int rank, int local_rank) const {
+  if (!options_.paddle_log_dir.empty()) {
+    return (make_log_dir(options_.paddle_log_dir, "--log_dir") /
+            fmt::format("workerlog.{}", local_rank))
+        .string();
+  }
+  if (options_.log_dir.empty()) return {};
+  return (make_log_dir(fs::path(options_.log_dir) / run_id_, "--log-dir") /
+          fmt::format("rank_{}.log", rank))
+      .string();
 }
 
 int Session::remove_shm_segments() const {
