@@ -47,8 +47,10 @@ constexpr std::array kSettings{
     Setting{"TANDEM_SOCKETS_PER_PEER", integer, "1",
             "TCP data streams per peer (large messages are striped over them)."},
     Setting{"TANDEM_SOCKET_IFNAME", string, "",
-            "Network interface for TCP (e.g. eth0); empty: the interface that routes to "
-            "MASTER_ADDR, loopback on one host."},
+            "Network interfaces for TCP in NCCL's syntax (eth0; prefixes eth,ib; ^docker,lo "
+            "excludes; =eth0 exact): the first that matches; unset: NCCL_SOCKET_IFNAME, else "
+            "GLOO_SOCKET_IFNAME, else the interface that routes to MASTER_ADDR, loopback on "
+            "one host."},
     Setting{"TANDEM_SPIN_US", integer, "50", "Microseconds a waiting rank spins before it blocks."},
     Setting{"TANDEM_STALL_WARN", seconds, "60",
             "Seconds a collective may run before each rank logs which ranks have not entered "

@@ -73,8 +73,14 @@ std::string local_host_id() {
   return fmt::format("{}/{}/{}", net::local_host_name(), boot_id, netns);
 }
 
-std::string choose_listen_address(const std::string& ifname) {
-  if (!ifname.empty()) return tcp::interface_address(ifname);
+std::string choose_listen_address(const std::string& ifname, std::string_view source) {
+  if (!ifname.empty()) {
+    std::string chosen;
+    std::string address = tcp::interface_address(ifname, source, &chosen);
+    TANDEM_INFO(init, "listening on {} (interface {}: {}={}{})", address, chosen, source, ifname,
+                source == "TANDEM_SOCKET_IFNAME" ? "" : ", as TANDEM_SOCKET_IFNAME is unset");
+    return address;
+  }
   const char* master = std::getenv("MASTER_ADDR");
   if (master != nullptr && *master != '\0' && !tcp::is_loopback(master)) {
     std::string local = tcp::route_address(master);

@@ -40,9 +40,10 @@ RankRecord decode_record(std::string_view text, int rank);
 /// (and can share memory); two containers or namespaces on one machine differ.
 std::string local_host_id();
 
-/// TANDEM_SOCKET_IFNAME's address if set; else, when MASTER_ADDR names another host, the
-/// local address that routes to it; else loopback.
-std::string choose_listen_address(const std::string& ifname);
+/// The address of the first interface `ifname` selects (NCCL's syntax; `source` names the
+/// variable it came from) if set; else, when MASTER_ADDR names another host, the local
+/// address that routes to it; else loopback. Says which at TANDEM_DEBUG=INFO.
+std::string choose_listen_address(const std::string& ifname, std::string_view source);
 
 /// Sets `prefix + rank` to `value`, then waits for the keys of every rank in `from` and
 /// returns their values (in the order of `from`). On timeout the error names the missing

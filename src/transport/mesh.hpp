@@ -159,8 +159,11 @@ class Mesh {
 /// Options of a Mesh, normally filled from TANDEM_* settings by the communicator.
 struct MeshOptions {
   bool shm_disable = false;   ///< TANDEM_SHM_DISABLE
-  std::string socket_ifname;  ///< TANDEM_SOCKET_IFNAME (empty: auto)
-  std::string token;          ///< TANDEM_STORE_TOKEN: authenticates peers
+  std::string socket_ifname;  ///< interfaces to listen on, NCCL's syntax (empty: auto)
+  /// Where socket_ifname came from: TANDEM_SOCKET_IFNAME, else NCCL_SOCKET_IFNAME, else
+  /// GLOO_SOCKET_IFNAME (named in messages and at TANDEM_DEBUG=INFO).
+  std::string socket_ifname_source = "TANDEM_SOCKET_IFNAME";
+  std::string token;  ///< TANDEM_STORE_TOKEN: authenticates peers
   std::chrono::nanoseconds spin_time{std::chrono::microseconds(50)};  ///< TANDEM_SPIN_US
   std::size_t shm_buffer_bytes = 4u << 20;  ///< TANDEM_BUFFSIZE: per shm channel
   int sockets_per_peer = 1;                 ///< TANDEM_SOCKETS_PER_PEER (tcp data streams)

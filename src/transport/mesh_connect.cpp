@@ -70,7 +70,9 @@ std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
   }
 
   testing::setup_step("start");
-  tcp::Context tcp(rank, size, choose_listen_address(options.socket_ifname), options.token);
+  tcp::Context tcp(rank, size,
+                   choose_listen_address(options.socket_ifname, options.socket_ifname_source),
+                   options.token);
   self.address = tcp.address();
   self.port = tcp.port();
   std::vector<int> others;

@@ -127,7 +127,41 @@ void tune_socket(int fd, bool data, bool same_host) {
   }
 }
 
-std::string interface_address(std::string_view ifname) {
+bool IfnameFilter::matches(std::string_view ifname) const noexcept {
+  const bool listed = std::any_of(names.begin(), names.end(), [&](const std::string& n) {
+    return exact ? ifname == n : ifname.starts_with(n);
+  });
+  return listed != exclude;
+}
+
+IfnameFilter parse_ifname_filter(std::string_view spec, std::string_view variable) {
+  IfnameFilter f;
+  std::string_view rest = spec;
+  if (rest.starts_with('^')) {
+    f.exclude = true;
+    rest.remove_prefix(1);
+  }
+  if (rest.starts_with('=')) {
+    f.exact = true;
+    rest.remove_prefix(1);
+  }
+  while (true) {
+    const auto comma = rest.find(',');
+    const std::string_view name = rest.substr(0, comma);
+    TANDEM_CHECK_ARG(!name.empty(),
+                     "{}={}: an empty interface name (give e.g. eth0, eth,ib, ^docker,lo or "
+                     "=eth0)",
+                     variable, spec);
+    f.names.emplace_back(name);
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  return f;
+}
+
+std::string interface_address(std::string_view spec, std::string_view variable,
+                              std::string* chosen) {
+  const IfnameFilter filter = parse_ifname_filter(spec, variable);
   ifaddrs* list = nullptr;
   if (::getifaddrs(&list) != 0)
     TANDEM_THROW(ErrorCode::Io, "cannot list network interfaces: {}", errno_text(errno));
@@ -136,20 +170,20 @@ std::string interface_address(std::string_view ifname) {
   for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
     if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
     names.emplace_back(i->ifa_name);
-    if (found.empty() && ifname == i->ifa_name) {
+    if (found.empty() && filter.matches(i->ifa_name)) {
       char buf[INET_ADDRSTRLEN] = {};
       sockaddr_in a;
       std::memcpy(&a, i->ifa_addr, sizeof a);
       ::inet_ntop(AF_INET, &a.sin_addr, buf, sizeof buf);
       found = buf;
+      if (chosen != nullptr) *chosen = i->ifa_name;
     }
   }
   ::freeifaddrs(list);
   if (found.empty())
     TANDEM_THROW(ErrorCode::InvalidArgument,
-                 "TANDEM_SOCKET_IFNAME={}: no such interface with an IPv4 address; this host "
-                 "has: {}",
-                 ifname, fmt::join(names, ", "));
+                 "{}={}: no interface with an IPv4 address matches; this host has: {}", variable,
+                 spec, fmt::join(names, ", "));
   return found;
 }
 

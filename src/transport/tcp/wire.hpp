@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tandem::transport::tcp {
 
@@ -105,9 +106,24 @@ inline constexpr int kKeepaliveIdle = 2;
 /// host, a congestion control that does not pace; control connections to another host get
 /// keepalive and a user timeout of kLinkSilence (see wire.cpp).
 void tune_socket(int fd, bool data, bool same_host);
-/// The IPv4 address of interface `ifname`; throws Error(InvalidArgument) listing the
-/// interfaces there are.
-std::string interface_address(std::string_view ifname);
+/// An interface list in NCCL's syntax (NCCL_SOCKET_IFNAME, which tandem also takes for
+/// TANDEM_SOCKET_IFNAME and GLOO_SOCKET_IFNAME): comma-separated name prefixes ("eth,ib");
+/// a leading '^' excludes the listed ones instead ("^docker,lo"); a leading '=' (after any
+/// '^') makes the names exact ("=eth0", "^=docker0").
+struct IfnameFilter {
+  bool exclude = false;
+  bool exact = false;
+  std::vector<std::string> names;
+  bool matches(std::string_view ifname) const noexcept;
+};
+/// Throws Error(InvalidArgument) naming `variable` for an empty list or entry.
+IfnameFilter parse_ifname_filter(std::string_view spec, std::string_view variable);
+
+/// The IPv4 address of the first interface (in the system's order) that `spec` selects;
+/// `variable` names where `spec` came from in messages. Throws Error(InvalidArgument)
+/// listing the interfaces there are when none matches. *chosen gets the interface's name.
+std::string interface_address(std::string_view spec, std::string_view variable,
+                              std::string* chosen = nullptr);
 /// The local address this host uses to reach `host` (a UDP connect; nothing is sent), or
 /// empty when `host` cannot be resolved or routed.
 std::string route_address(std::string_view host);
