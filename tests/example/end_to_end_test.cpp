@@ -150,6 +150,30 @@ TEST(ExampleEndToEnd, OneRankAndTwoRanksWithTheSameGlobalBatchTrainTheSameModel)
   expect_same_model(one, accumulated);
 }
 
+// training.precision: bf16 runs the forward passes under LibTorch's CPU autocast in bfloat16
+// and reaches fp32's accuracy (4,096 training images, 64 steps of 64), with and without the
+// GradScaler.
+TEST(ExampleEndToEnd, Bf16AutocastReachesTheAccuracyOfFp32) {
+  const std::vector<std::string> args{"-o", "data.limit_train=4096", "-o", "data.limit_test=1024",
+                                      "-o", "training.batch_size=64"};
+  std::vector<std::string> bf16_args = args;
+  bf16_args.insert(bf16_args.end(), {"-o", "training.precision=bf16"});
+  const ExampleRun fp32 = run_example(2, small_args(args));
+  const ExampleRun bf16 = run_example(2, small_args(bf16_args));
+  ASSERT_EQ(fp32.process.exit_code, 0) << describe(fp32);
+  ASSERT_EQ(bf16.process.exit_code, 0) << describe(bf16);
+  EXPECT_NE(bf16.process.out.find("precision   bf16"), std::string::npos) << describe(bf16);
+  EXPECT_NE(fp32.process.out.find("precision   fp32"), std::string::npos) << describe(fp32);
+  EXPECT_GT(fp32.accuracy, 60.0) << describe(fp32);
+  EXPECT_NEAR(bf16.accuracy, fp32.accuracy, 2.0) << describe(bf16);
+  EXPECT_NE(bf16.digest, fp32.digest) << "bf16 computed exactly what fp32 did: autocast was off";
+  // With the GradScaler too (dynamic loss scaling, agreed across the ranks).
+  bf16_args.insert(bf16_args.end(), {"-o", "training.grad_scaler=true"});
+  const ExampleRun scaled = run_example(2, small_args(bf16_args));
+  ASSERT_EQ(scaled.process.exit_code, 0) << describe(scaled);
+  EXPECT_NEAR(scaled.accuracy, fp32.accuracy, 2.0) << describe(scaled);
+}
+
 TEST(ExampleEndToEnd, StoppedAndResumedRunEqualsAStraightRun) {
   REQUIRE_DATA();
   TempDir dir;
