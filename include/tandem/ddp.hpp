@@ -224,6 +224,10 @@ class Reducer {
   void register_comm_hook(std::unique_ptr<CommHook> hook);
 
   ReducerStats stats() const;
+  /// Seconds finalize_backward() has waited for bucket collectives, over every synchronised
+  /// pass so far: the communication a run did not hide behind backward, and its wait for
+  /// slower ranks (StepProfiler tells them apart).
+  double exposed_seconds() const noexcept;
 
   struct Impl;
 

@@ -325,6 +325,10 @@ void Reducer::mark_variable_ready(std::size_t index, BufferView gradient) {
   mark_variable_ready(index);
 }
 
+double Reducer::exposed_seconds() const noexcept {
+  return impl_->exposed_seconds.load(std::memory_order_relaxed);
+}
+
 void Reducer::finalize_backward() {
   std::lock_guard lock(impl_->mutex);
   Impl& s = *impl_;
@@ -383,6 +387,15 @@ void Reducer::finalize_backward() {
 
   const Deadline deadline = deadline_in(s.comm->timeout());
   std::exception_ptr failure = s.launch_error;
+  struct Exposed {  // the wait below, failed or not
+    Impl& s;
+    Clock::time_point start = Clock::now();
+    ~Exposed() {
+      s.exposed_seconds.store(s.exposed_seconds.load(std::memory_order_relaxed) +
+                                  std::chrono::duration<double>(Clock::now() - start).count(),
+                              std::memory_order_relaxed);
+    }
+  } exposed{s};
   for (std::size_t b = 0; b < s.buckets.size(); ++b) {
     Bucket& k = s.buckets[b];
     if (!k.work) continue;

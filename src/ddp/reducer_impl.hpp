@@ -76,6 +76,8 @@ struct Reducer::Impl {
   // ---- timeline (TANDEM_TRACE; null when off) ----
   std::unique_ptr<core::trace::Ring> trace;
   Clock::time_point pass_start{};
+  /// finalize_backward()'s waits for bucket collectives, summed (exposed_seconds()).
+  std::atomic<double> exposed_seconds{0};
   std::size_t named_lanes = 0;
 
   // reducer.cpp
