@@ -259,6 +259,12 @@ const std::vector<Key>& keys() {
       kill_at_step_key(),
       uint_key(
           "fault.seed", 0, [](auto& c) -> auto& { return c.fault.seed; }),
+      uint_key(
+          "fault.slow_rank", 0, [](auto& c) -> auto& { return c.fault.slow_rank; }),
+      uint_key(
+          "fault.slow_rank_ms", 0, [](auto& c) -> auto& { return c.fault.slow_rank_ms; }),
+      uint_key(
+          "fault.slow_data_ms", 0, [](auto& c) -> auto& { return c.fault.slow_data_ms; }),
       string_key(
           "log.metrics", [](auto& c) -> auto& { return c.log.metrics; }),
       choice_key(
@@ -268,6 +274,9 @@ const std::vector<Key>& keys() {
           [](auto& c) -> auto& { return c.log.progress; }),
       uint_key(
           "log.every_steps", 1, [](auto& c) -> auto& { return c.log.every_steps; }),
+      uint_key(
+          "log.breakdown_every_steps", 0,
+          [](auto& c) -> auto& { return c.log.breakdown_every_steps; }),
   };
   return table;
 }

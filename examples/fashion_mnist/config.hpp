@@ -78,12 +78,20 @@ struct FaultConfig {
   /// kill_at_step is "random": a step drawn from `seed` (the same on every rank).
   bool kill_at_random = false;
   std::uint64_t seed = 1;
+  /// A slow rank: rank slow_rank spends slow_rank_ms more in every step's compute (0: off).
+  std::uint64_t slow_rank = 0;
+  std::uint64_t slow_rank_ms = 0;
+  /// A slow loader: every rank waits this long for each batch (0: off).
+  std::uint64_t slow_data_ms = 0;
 };
 
 struct LogConfig {
   std::string metrics;  // empty: no metrics file; otherwise .csv or .json
   ProgressMode progress = ProgressMode::auto_detect;
   std::uint64_t every_steps = 50;
+  /// Rank 0 prints where a step's time went every this many steps (0: only at the end, or
+  /// every 500 steps when TANDEM_DEBUG is INFO or more).
+  std::uint64_t breakdown_every_steps = 0;
 };
 
 struct Config {

@@ -7,7 +7,9 @@
 #include "trainer.hpp"
 
 #include <tandem/error.hpp>
+#include <tandem/log.hpp>
 #include <tandem/settings.hpp>
+#include <tandem/step_profile.hpp>
 #include <tandem/torch.hpp>
 
 #include <fmt/format.h>
@@ -21,6 +23,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <span>
+#include <thread>
 
 namespace fashion_mnist {
 namespace {
@@ -89,6 +93,16 @@ std::int64_t restart_count() {
     if (std::from_chars(t, t + std::strlen(t), n).ec != std::errc()) n = 0;
   }
   return n;
+}
+
+// Steps between the breakdowns printed during the run: the configured period, else 500 where
+// TANDEM_DEBUG is INFO or more on any rank (agreed by every rank: the report is collective).
+std::uint64_t breakdown_period(const Config& config, tandem::Communicator& comm) {
+  std::int64_t every = static_cast<std::int64_t>(config.log.breakdown_every_steps);
+  if (every == 0 && tandem::log::enabled(tandem::log::Level::info, tandem::log::Subsys::ddp))
+    every = 500;
+  comm.allreduce(tandem::BufferView::of(std::span<std::int64_t>(&every, 1)), tandem::ReduceOp::max);
+  return static_cast<std::uint64_t>(every);
 }
 
 void set_lr(torch::optim::Optimizer& opt, double lr) {
@@ -211,6 +225,11 @@ void train(const Config& config, const Setup& setup,
   };
 
   StepTimer timer(20);
+  // Where each step's time goes (printed at the end, and every breakdown_every steps).
+  tandem::ddp::StepProfiler profiler(ddp ? &ddp->reducer() : nullptr);
+  const std::uint64_t breakdown_every = breakdown_period(config, *comm);
+  const bool slow_rank = config.fault.slow_rank_ms > 0 &&
+                         config.fault.slow_rank == static_cast<std::uint64_t>(comm->rank());
   double ema_step_s = 0;
   double lr = schedule.at(step);
   Evaluation last_eval;  // of the current weights when evaluated is true
@@ -224,13 +243,22 @@ void train(const Config& config, const Setup& setup,
     for (std::uint64_t s = sampler.position() / step_images; s < steps_per_epoch; ++s) {
       if (step >= last_step) break;
       const auto start = Clock::now();
+      profiler.begin_step();
       lr = schedule.at(step);
       set_lr(optimizer, lr);
       optimizer.zero_grad();
       double step_loss = 0;
       for (std::uint64_t micro = 0; micro < setup.accumulation_steps; ++micro) {
-        auto batch = loader.next();
+        auto batch = [&] {
+          auto timed = profiler.time(tandem::ddp::StepPart::data);
+          if (config.fault.slow_data_ms > 0)  // fault injection: a slow loader
+            std::this_thread::sleep_for(std::chrono::milliseconds(config.fault.slow_data_ms));
+          return loader.next();
+        }();
         TANDEM_CHECK(batch.has_value(), "the loader ended before step {} of epoch {}", s, epoch);
+        auto computing = profiler.time(tandem::ddp::StepPart::compute);
+        if (slow_rank)  // fault injection: a slow rank
+          std::this_thread::sleep_for(std::chrono::milliseconds(config.fault.slow_rank_ms));
         // Only the last pass of an optimizer step averages gradients across ranks.
         std::optional<tandem::ddp::NoSyncGuard> no_sync;
         if (ddp && micro + 1 < setup.accumulation_steps) no_sync.emplace(ddp->no_sync());
@@ -256,6 +284,16 @@ void train(const Config& config, const Setup& setup,
       scaler.update();
       sampler.advance(step_images);
       ++step;
+      profiler.end_step();
+      if (breakdown_every != 0 && step % breakdown_every == 0) {
+        const auto report = profiler.report(*comm);  // collective
+        if (lead) {
+          progress->break_line();
+          std::printf("step %llu: %s\n", static_cast<unsigned long long>(step),
+                      report.text().c_str());
+          std::fflush(stdout);
+        }
+      }
       if (kill_at == step) {
         std::fprintf(stderr,
                      "fashion_mnist: rank %d: fault.kill_at_step: killing this rank with SIGKILL "
@@ -329,8 +367,10 @@ void train(const Config& config, const Setup& setup,
   if (!evaluated) last_eval = evaluate(net, test_set, *comm, t.eval_batch_size, t.precision);
   const double ms = tandem::torch::all_average(*comm, timer.mean_ms());
   const auto [param_sum, param_sq] = parameter_digest(*net);
+  const auto breakdown = profiler.report(*comm);  // collective
   if (!lead) return;
   progress->break_line();
+  std::printf("%s\n", breakdown.text().c_str());
   const RunResult result{
       .world_size = setup.world_size,
       .epochs = (step + steps_per_epoch - 1) / steps_per_epoch,

@@ -174,6 +174,36 @@ TEST(ExampleEndToEnd, Bf16AutocastReachesTheAccuracyOfFp32) {
   EXPECT_NEAR(scaled.accuracy, fp32.accuracy, 2.0) << describe(scaled);
 }
 
+// The run says where a step's time went and why it is not faster: a deliberately slow loader
+// (40 ms per batch, twice a step's compute here) and a deliberately slow rank (40 ms more per
+// step) are named, with what to try; a plain run is compute-bound.
+TEST(ExampleEndToEnd, TheStepBreakdownNamesASlowLoaderAndASlowRank) {
+  const auto verdict = [](const ExampleRun& r) {
+    const auto at = r.process.out.find("where a step's time went");
+    return at == std::string::npos ? std::string() : r.process.out.substr(at);
+  };
+  const ExampleRun loader =
+      run_example(2, small_args({"-o", "training.batch_size=64", "-o", "fault.slow_data_ms=40"}));
+  ASSERT_EQ(loader.process.exit_code, 0) << describe(loader);
+  EXPECT_NE(verdict(loader).find("The data loader is the bottleneck"), std::string::npos)
+      << verdict(loader);
+  const ExampleRun rank =
+      run_example(2, small_args({"-o", "training.batch_size=64", "-o", "fault.slow_rank=1", "-o",
+                                 "fault.slow_rank_ms=40"}));
+  ASSERT_EQ(rank.process.exit_code, 0) << describe(rank);
+  EXPECT_NE(verdict(rank).find("Rank 1 is the slowest"), std::string::npos) << verdict(rank);
+  // The breakdown comes before the final lines, and the result line stays last.
+  EXPECT_NE(rank.result_line.find("result: world_size=2"), std::string::npos) << describe(rank);
+  // Every 8 steps too, when asked.
+  const ExampleRun periodic = run_example(
+      2, small_args({"-o", "training.batch_size=64", "-o", "log.breakdown_every_steps=8"}));
+  ASSERT_EQ(periodic.process.exit_code, 0) << describe(periodic);
+  EXPECT_NE(periodic.process.out.find("step 8: where a step's time went"), std::string::npos)
+      << periodic.process.out;
+  EXPECT_NE(periodic.process.out.find("step 16: where a step's time went"), std::string::npos)
+      << periodic.process.out;
+}
+
 TEST(ExampleEndToEnd, StoppedAndResumedRunEqualsAStraightRun) {
   REQUIRE_DATA();
   TempDir dir;
