@@ -182,6 +182,10 @@ const std::vector<Key>& keys() {
       uint_key(
           "data.limit_test", 0, [](auto& c) -> auto& { return c.data.limit_test; }),
       uint_key(
+          "data.num_workers", 0, [](auto& c) -> auto& { return c.data.num_workers; }),
+      uint_key(
+          "data.prefetch_factor", 1, [](auto& c) -> auto& { return c.data.prefetch_factor; }),
+      uint_key(
           "training.epochs", 1, [](auto& c) -> auto& { return c.training.epochs; }),
       uint_key(
           "training.batch_size", 0, [](auto& c) -> auto& { return c.training.batch_size; }),

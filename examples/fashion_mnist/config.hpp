@@ -28,6 +28,10 @@ struct DataConfig {
   std::string dir = "/usr/share/datasets/fashion-mnist";
   std::uint64_t limit_train = 0;  // 0: every image
   std::uint64_t limit_test = 0;
+  /// Loader threads per rank (0: batches made on the training thread), PyTorch's meaning.
+  std::uint64_t num_workers = 1;
+  /// Batches each worker prepares ahead.
+  std::uint64_t prefetch_factor = 2;
 };
 
 struct TrainingConfig {

@@ -239,7 +239,10 @@ void train(const Config& config, const Setup& setup,
 
   for (; epoch < t.epochs && step < last_step; ++epoch) {
     sampler.set_epoch(epoch);  // keeps a resumed position within the same epoch
-    tandem::torch::ImageLoader loader(train_set, sampler, setup.per_rank_batch, true);
+    tandem::data::LoaderOptions loading;
+    loading.num_workers = config.data.num_workers;
+    loading.prefetch_factor = config.data.prefetch_factor;
+    tandem::torch::ImageLoader loader(train_set, sampler, setup.per_rank_batch, true, {}, loading);
     for (std::uint64_t s = sampler.position() / step_images; s < steps_per_epoch; ++s) {
       if (step >= last_step) break;
       const auto start = Clock::now();

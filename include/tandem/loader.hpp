@@ -1,16 +1,20 @@
 #pragma once
 /// @file loader.hpp
-/// BatchLoader: prepares batches on one background thread while the caller trains.
+/// BatchLoader: prepares batches on background worker threads while the caller trains.
 ///
 ///   tandem::data::BatchLoader<MyBatch> loader(num_batches, [&](std::size_t k) {
 ///     return make_batch(k);  // runs on the loader's thread, batches in order 0, 1, 2, ...
 ///   });
 ///   while (auto batch = loader.next()) train_step(*batch);
 ///
-/// The thread keeps at most `depth` finished batches ahead of the consumer. An exception
-/// thrown by the batch function reaches the consumer in order: next() returns the batches made
-/// before it, then rethrows it. Destroying (or stop()-ing) the loader joins the thread as soon
-/// as the batch being made, if any, is finished; a blocked consumer is released.
+/// `num_workers` threads (PyTorch's DataLoader semantics: 0 makes each batch on the consumer's
+/// thread, in next()) make batches concurrently, at most `depth` (or `prefetch_factor` per
+/// worker) ahead of the consumer, which still gets them in index order: a batch is a function
+/// of its index alone (draw any randomness from the index and a seed), so the batches are the
+/// same for any number of workers. An exception thrown by the batch function reaches the
+/// consumer in order: next() returns the batches before it, then rethrows it. Destroying (or
+/// stop()-ing) the loader joins the workers as soon as the batches being made are finished; a
+/// blocked consumer is released.
 
 #include <chrono>
 #include <cstddef>
@@ -23,8 +27,12 @@
 namespace tandem::data {
 
 struct LoaderOptions {
-  /// Finished batches kept ahead of the consumer (at least 1).
+  /// Batches made or being made ahead of the consumer (at least 1; raised to num_workers).
   std::size_t depth = 2;
+  /// Worker threads; 0: batches are made on the consumer's thread, in next().
+  std::size_t num_workers = 1;
+  /// PyTorch's prefetch_factor: when set, depth is this many batches per worker.
+  std::optional<std::size_t> prefetch_factor;
   /// Index of the first batch to make (to resume an epoch part-way).
   std::size_t first = 0;
   /// How long next() waits for one batch before it throws Error(Timeout);
@@ -34,7 +42,8 @@ struct LoaderOptions {
 
 namespace detail {
 
-/// The type-erased machinery behind BatchLoader: thread, bounded queue, errors, stop.
+/// The type-erased machinery behind BatchLoader: workers, the batches in index order, errors,
+/// stop.
 class PrefetchEngine {
  public:
   struct Slot {

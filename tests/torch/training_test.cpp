@@ -176,7 +176,7 @@ TEST(GradScaler, InfOnOneRankSkipsTheStepEverywhereAndTheScaleFollowsTheSchedule
 
 // ---- ImageLoader and metrics ------------------------------------------------------------------
 
-TEST(ImageLoader, BatchesOfTheRanksShareNormalisedWithLabels) {
+TEST(ImageLoader, BatchesOfTheRanksShareNormalisedWithLabelsForAnyNumberOfWorkers) {
   testing::expect_all_ok(testing::run_ranks(
       1,
       [&](const testing::RankContext&) {
@@ -224,6 +224,30 @@ TEST(ImageLoader, BatchesOfTheRanksShareNormalisedWithLabels) {
         EXPECT_EQ(resumed.size(), 2u);
         check(*resumed.next(), {5, 7});
         EXPECT_THROW(torch::ImageLoader(ds, sampler, 0), Error);
+
+        // A pool of workers, or none, gives the same batches in the same order (a shuffled
+        // epoch of the other rank, batches of 1 so that they finish in any order).
+        data::SamplerOptions shuffled;
+        shuffled.seed = 7;
+        data::DistributedSampler other(ds.size, 2, 0, shuffled);
+        std::vector<std::vector<float>> first;
+        for (const std::size_t workers : {1u, 0u, 4u}) {
+          data::LoaderOptions lo;
+          lo.num_workers = workers;
+          lo.prefetch_factor = 3;
+          torch::ImageLoader pool(ds, other, 1, false, norm, lo);
+          std::vector<std::vector<float>> got;
+          while (auto b = pool.next()) {
+            const auto t = b->images.contiguous();
+            got.emplace_back(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+            got.back().push_back(static_cast<float>(b->labels[0].item<std::int64_t>()));
+          }
+          EXPECT_EQ(got.size(), 5u) << workers << " workers";
+          if (first.empty())
+            first = got;
+          else
+            EXPECT_EQ(got, first) << workers << " workers";
+        }
       },
       run_options()));
 }
