@@ -1,10 +1,12 @@
 #include "transport/bootstrap.hpp"
 
 #include "core/net.hpp"
+#include "transport/shm/wire.hpp"
 #include "transport/tcp/wire.hpp"
 
 #include <tandem/error.hpp>
 #include <tandem/log.hpp>
+#include <tandem/settings.hpp>
 #include <tandem/store.hpp>
 
 #include <fmt/ranges.h>
@@ -71,6 +73,27 @@ std::string local_host_id() {
   struct stat st {};
   const auto netns = ::stat("/proc/self/ns/net", &st) == 0 ? st.st_ino : 0;
   return fmt::format("{}/{}/{}", net::local_host_name(), boot_id, netns);
+}
+
+IfnameSetting socket_ifname_setting() {
+  // NCCL's and Gloo's variables, which users bring along, where tandem's own is unset.
+  IfnameSetting s;
+  s.list = settings::get_string("TANDEM_SOCKET_IFNAME");
+  for (const char* other : {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"}) {
+    const char* v = std::getenv(other);
+    if (s.list.empty() && v != nullptr && *v != '\0') {
+      s.list = v;
+      s.variable = other;
+    }
+  }
+  return s;
+}
+
+std::size_t shm_bytes_needed(int local_ranks, std::size_t buffer_bytes) {
+  if (local_ranks < 2) return 0;
+  const auto senders = static_cast<std::size_t>(local_ranks - 1);
+  return static_cast<std::size_t>(local_ranks) *
+         shm::segment_bytes(senders, shm::geometry_for(buffer_bytes));
 }
 
 std::string choose_listen_address(const std::string& ifname, std::string_view source) {

@@ -40,6 +40,19 @@ RankRecord decode_record(std::string_view text, int rank);
 /// (and can share memory); two containers or namespaces on one machine differ.
 std::string local_host_id();
 
+/// The interface list the ranks listen on and the variable it came from:
+/// TANDEM_SOCKET_IFNAME, else NCCL_SOCKET_IFNAME, else GLOO_SOCKET_IFNAME; empty when none is
+/// set (then choose_listen_address() follows the route to MASTER_ADDR).
+struct IfnameSetting {
+  std::string list;
+  std::string variable = "TANDEM_SOCKET_IFNAME";
+};
+IfnameSetting socket_ifname_setting();
+
+/// Bytes of /dev/shm that the shared-memory segments of `local_ranks` ranks of one host take,
+/// with channels of `buffer_bytes` (TANDEM_BUFFSIZE).
+std::size_t shm_bytes_needed(int local_ranks, std::size_t buffer_bytes);
+
 /// The address of the first interface `ifname` selects (NCCL's syntax; `source` names the
 /// variable it came from) if set; else, when MASTER_ADDR names another host, the local
 /// address that routes to it; else loopback. Says which at TANDEM_DEBUG=INFO.

@@ -370,6 +370,37 @@ TEST_F(TandemrunMultiNode, PaddleEndpointsListEveryTrainerOfEveryNode) {
   EXPECT_NE(rb.out.find(line(3, h1, 7201)), std::string::npos) << rb.out;
 }
 
+// tandemrun --check on two hosts: every node prints every node's lines; a node with another
+// token is refused by the store and node 0 names the node that never joined.
+TEST_F(TandemrunMultiNode, CheckRunsOnEveryNodeAndNamesAWrongToken) {
+  const std::vector<std::string> args{"--nproc-per-node", "2", "--rdzv-timeout", "5", "--check"};
+  auto a = node(0, args);
+  auto b = node(1, args);
+  const auto ra = a->wait(kExit);
+  const auto rb = b->wait(kExit);
+  ASSERT_EQ(ra.exit_code, 0) << ra.out << ra.err;
+  ASSERT_EQ(rb.exit_code, 0) << rb.out << rb.err;
+  for (const auto* r : {&ra, &rb}) {
+    for (int n : {0, 1}) {
+      EXPECT_NE(r->out.find(fmt::format("check node {} (", n)), std::string::npos) << r->out;
+      EXPECT_NE(r->out.find(fmt::format("ranks listen on {} ", pair_->addr(n))), std::string::npos)
+          << r->out;
+    }
+    EXPECT_NE(r->out.find("2 node(s) joined, 4 rank(s) in all"), std::string::npos) << r->out;
+    EXPECT_NE(r->out.find("check: all passed"), std::string::npos) << r->out;
+  }
+
+  auto c = node(0, args);
+  auto d = node(1, args, true, {"TANDEM_STORE_TOKEN=another-token"});
+  const auto rc = c->wait(kExit);
+  const auto rd = d->wait(kExit);
+  EXPECT_EQ(rc.exit_code, 1) << rc.out << rc.err;
+  EXPECT_EQ(rd.exit_code, 1) << rd.out << rd.err;
+  EXPECT_NE(rd.out.find("store     FAIL"), std::string::npos) << rd.out;
+  EXPECT_NE(rd.out.find("TANDEM_STORE_TOKEN"), std::string::npos) << rd.out;
+  EXPECT_NE(rc.out.find("nodes     FAIL"), std::string::npos) << rc.out;
+}
+
 TEST_F(TandemrunMultiNode, NodesWithoutNodeRankAndUnequalWorkerCountsGetNodeMajorRanks) {
   // Node 1 starts first; the host of --master-addr is still node 0.
   const std::string script =

@@ -1,5 +1,6 @@
 #include "agent.hpp"
 
+#include "check.hpp"
 #include "culprit.hpp"
 #include "output.hpp"
 
@@ -99,6 +100,7 @@ int Agent::run() {
     } else {
       note(e.message());
     }
+    note(check_advice());
     return 1;
   }
   return run_rounds();
@@ -119,6 +121,7 @@ int Agent::run_rounds() {
       abort_key_.clear();
     } catch (const RendezvousError& e) {
       note(e.what());
+      note(check_advice());
       return 1;
     } catch (const RoundAborted& e) {
       note(fmt::format("{}: stopping", e.what()));

@@ -2,6 +2,7 @@
 // on this node with torchrun's environment and supervises them; the same command on every
 // node of a multi-node run joins them into one run (see --help).
 #include "agent.hpp"
+#include "check.hpp"
 #include "core/trace.hpp"
 #include "options.hpp"
 #include "output.hpp"
@@ -42,6 +43,7 @@ void merge_trace() {
 }
 
 int launch(const LaunchOptions& options) {
+  if (options.check) return run_check(options);
   std::string program;
   try {
     program = resolve_program(options.command.front());

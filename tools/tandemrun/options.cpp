@@ -216,6 +216,11 @@ void add_options(CLI::App& app, Raw& raw, LaunchOptions& o) {
                "Append --local_rank=N to each worker's arguments (torch.distributed.launch's "
                "convention for scripts that parse it)")
       ->group(workers);
+  app.add_flag("--check", o.check,
+               "Check instead of running: the store, the nodes, the tandem version, the "
+               "interface, /dev/shm, GPUs and clocks, on every node (same flags as the real "
+               "run); one line per check and node, exit 1 if any failed")
+      ->group(workers);
   app.add_flag("--use-env,--use_env", raw.use_env,
                "Accepted for torch.distributed.launch compatibility: LOCAL_RANK is always set")
       ->group(workers);
@@ -540,10 +545,12 @@ ParseResult parse_command_line(int argc, char** argv) {
     finish(app, raw, o);
     auto rest = app.remaining();
     if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
-    if (rest.empty()) throw SyntaxError("no PROGRAM given");
-    if (rest.front().size() > 1 && rest.front().front() == '-' && app.remaining().front() != "--")
-      throw SyntaxError(fmt::format("unknown option '{}'", rest.front()));
-    o.command = python_command(std::move(rest), raw);
+    if (rest.empty() && !o.check) throw SyntaxError("no PROGRAM given");
+    if (!rest.empty()) {
+      if (rest.front().size() > 1 && rest.front().front() == '-' && app.remaining().front() != "--")
+        throw SyntaxError(fmt::format("unknown option '{}'", rest.front()));
+      o.command = python_command(std::move(rest), raw);
+    }
   } catch (const CLI::CallForHelp&) {
     std::fputs(app.help().c_str(), stdout);
     return result;

@@ -63,6 +63,8 @@ struct LaunchOptions {
   /// --pass-local-rank: every worker gets "--local_rank=N" after its arguments (the legacy
   /// torch.distributed.launch convention).
   bool pass_local_rank = false;
+  /// --check: run the preflight checks (check.hpp) instead of PROGRAM, which may be left out.
+  bool check = false;
 
   bool multi_node() const noexcept { return max_nodes > 1; }
   /// Whether local rank `r`'s output reaches the console.

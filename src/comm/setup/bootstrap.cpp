@@ -6,6 +6,7 @@
 #include "core/prefault.hpp"
 #include "core/reduce.hpp"
 #include "core/trace.hpp"
+#include "transport/bootstrap.hpp"
 
 #include <tandem/error.hpp>
 #include <tandem/log.hpp>
@@ -39,15 +40,9 @@ constexpr std::size_t kScratchReserve = 256u << 10;
 transport::MeshOptions mesh_options(const CommOptions& o, std::chrono::milliseconds timeout) {
   transport::MeshOptions m;
   m.shm_disable = o.shm_disable ? *o.shm_disable : settings::get_bool("TANDEM_SHM_DISABLE");
-  // NCCL's and Gloo's variables, which users bring along, where tandem's own is unset.
-  m.socket_ifname = settings::get_string("TANDEM_SOCKET_IFNAME");
-  for (const char* other : {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"}) {
-    const char* v = std::getenv(other);
-    if (m.socket_ifname.empty() && v != nullptr && *v != '\0') {
-      m.socket_ifname = v;
-      m.socket_ifname_source = other;
-    }
-  }
+  const transport::IfnameSetting ifname = transport::socket_ifname_setting();
+  m.socket_ifname = ifname.list;
+  m.socket_ifname_source = ifname.variable;
   m.token = settings::get_string("TANDEM_STORE_TOKEN");
   const auto spin_us = settings::get_int("TANDEM_SPIN_US");
   TANDEM_CHECK_ARG(spin_us >= 0, "TANDEM_SPIN_US={} must not be negative (0 blocks at once)",
