@@ -1,15 +1,18 @@
 #include "subprocess.hpp"
 
 #include <algorithm>
+#include <arpa/inet.h>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdexcept>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -200,6 +203,21 @@ bool process_gone(pid_t pid) {
   const auto close_paren = line.rfind(')');
   return close_paren != std::string::npos && close_paren + 2 < line.size() &&
          line[close_paren + 2] == 'Z';
+}
+
+BusyPort::BusyPort() : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::listen(fd_, 1) != 0 || ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    throw std::runtime_error("BusyPort: cannot listen on 127.0.0.1");
+  port_ = ntohs(a.sin_port);
+}
+
+BusyPort::~BusyPort() {
+  if (fd_ >= 0) ::close(fd_);
 }
 
 std::string tandemrun_path() {

@@ -67,6 +67,20 @@ std::string failure_summary(const std::string& err);
 /// True when no process with this pid exists any more (a zombie counts as gone).
 bool process_gone(pid_t pid);
 
+/// A port of 127.0.0.1 held busy (bound and listening) while the object lives.
+class BusyPort {
+ public:
+  BusyPort();  ///< throws std::runtime_error when no socket can be bound
+  ~BusyPort();
+  BusyPort(const BusyPort&) = delete;
+  BusyPort& operator=(const BusyPort&) = delete;
+  int port() const noexcept { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
 /// Paths of the binaries under test.
 std::string tandemrun_path();
 std::string tandem_perf_path();

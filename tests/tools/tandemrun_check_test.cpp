@@ -1,19 +1,16 @@
 // tandemrun --check on one node: every check passes on a healthy machine, and each failure it
 // claims to catch is named with what to do: GPUs asked for but absent, the master port in use,
 // an interface that is not there, a /dev/shm too small for the local ranks (a 1 MiB tmpfs in a
-// private mount namespace). A real start that fails points to --check. (Two nodes, the
-// rendezvous and a wrong token: tandemrun_multinode_test.cpp.)
+// private mount namespace). (That a real start which fails points to --check:
+// tandemrun_failure_test.cpp; two nodes, the rendezvous and a wrong token:
+// tandemrun_multinode_test.cpp.)
 
 #include "subprocess.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <arpa/inet.h>
 #include <filesystem>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 namespace tandem::testing {
 namespace {
@@ -48,28 +45,15 @@ TEST(TandemrunCheck, EachFailureIsNamedWithWhatToDo) {
     EXPECT_NE(gpus.out.find("check: FAILED"), std::string::npos) << gpus.out;
   }
 
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(::listen(fd, 1), 0);
-  socklen_t len = sizeof a;
-  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  const std::string port = std::to_string(ntohs(a.sin_port));
-  const auto busy =
-      run_process({tandemrun_path(), "--nproc-per-node", "2", "--master-port", port, "--check"});
-  EXPECT_EQ(busy.exit_code, 1);
-  EXPECT_TRUE(has_line(busy.out, "store", "FAIL")) << busy.out;
-  EXPECT_NE(busy.out.find("in use"), std::string::npos) << busy.out;
-  // A real start on the busy port points to --check.
-  const auto real =
-      run_process({tandemrun_path(), "--nproc-per-node", "2", "--master-port", port, "/bin/true"});
-  EXPECT_NE(real.exit_code, 0);
-  EXPECT_NE(real.err.find("run tandemrun --check with the same flags"), std::string::npos)
-      << real.err;
-  ::close(fd);
+  {
+    const BusyPort held;
+    const std::string port = std::to_string(held.port());
+    const auto busy =
+        run_process({tandemrun_path(), "--nproc-per-node", "2", "--master-port", port, "--check"});
+    EXPECT_EQ(busy.exit_code, 1);
+    EXPECT_TRUE(has_line(busy.out, "store", "FAIL")) << busy.out;
+    EXPECT_NE(busy.out.find("in use"), std::string::npos) << busy.out;
+  }
 
   const auto ifname = run_process({tandemrun_path(), "--nproc-per-node", "2", "--check"},
                                   {"NCCL_SOCKET_IFNAME=nosuch0"});

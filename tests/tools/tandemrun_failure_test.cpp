@@ -8,10 +8,8 @@
 #include <fstream>
 #include <iterator>
 #include <map>
-#include <netinet/in.h>
 #include <regex>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -287,22 +285,15 @@ TEST(TandemrunUsage, MissingOrNonExecutableProgramFailsBeforeStarting) {
 }
 
 TEST(TandemrunUsage, MasterPortInUseIsNamed) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(::listen(fd, 1), 0);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  const int port = ntohs(a.sin_port);
+  const BusyPort busy;
+  const int port = busy.port();
   const auto r = run_process({tandemrun_path(), "--nproc-per-node", "2", "--master-port",
                               std::to_string(port), "/bin/true"});
-  ::close(fd);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find(fmt::format("127.0.0.1:{}", port)), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("in use"), std::string::npos) << r.err;
+  // A start that fails there points to the preflight.
+  EXPECT_NE(r.err.find("run tandemrun --check with the same flags"), std::string::npos) << r.err;
   EXPECT_EQ(r.out, "");
 }
 
