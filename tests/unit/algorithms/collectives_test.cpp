@@ -448,6 +448,34 @@ TEST_P(Collectives, MatchReference) {
 // Random collectives back to back on one world, each with a randomly chosen algorithm (the
 // same on every rank), as a communicator issues them: no message of one call may leak into
 // the next.
+// TANDEM_CHUNK_SIZE's effect (Context::chunk_bytes): a pipelined algorithm cuts a message
+// into that many messages. The root of a 3-rank tree broadcast of 1 MiB sends 16 chunks of
+// 64 KiB to each child, or the whole message at once with 1 MiB chunks; either is correct.
+TEST(ChunkSize, CutsPipelinedMessagesIntoChunks) {
+  const Algorithm* tree = algorithms::Registry::builtin().find(CollectiveKind::broadcast, "tree");
+  ASSERT_NE(tree, nullptr);
+  for (const std::size_t chunk : {std::size_t{64} << 10, std::size_t{1} << 20}) {
+    FakeWorld world(3);
+    constexpr std::size_t kCount = (1u << 20) / 4;
+    std::vector<std::vector<float>> bufs(3, std::vector<float>(kCount));
+    for (std::size_t i = 0; i < kCount; ++i) bufs[0][i] = static_cast<float>(i % 1000);
+    const auto errors = world.run([&](int r, transport::Mesh& mesh) {
+      algorithms::Scratch scratch;
+      auto& b = bufs[static_cast<std::size_t>(r)];
+      Call call;
+      call.kind = CollectiveKind::broadcast;
+      call.in = call.out = BufferView::of(std::span<float>(b));
+      call.root = 0;
+      call.deadline = deadline_in(std::chrono::seconds(60));
+      algorithms::Context ctx{mesh, scratch, chunk};
+      tree->run(call, ctx);
+    });
+    for (const auto& e : errors) EXPECT_FALSE(e) << describe(e);
+    EXPECT_EQ(world.sends_posted(0), 2 * ((1u << 20) / chunk)) << "chunk " << chunk;
+    EXPECT_EQ(bufs[2], bufs[0]);
+  }
+}
+
 TEST(CollectiveSequence, MixedKindsAndAlgorithms) {
   const CollectiveKind kinds[] = {
       CollectiveKind::allreduce, CollectiveKind::broadcast,  CollectiveKind::reduce,

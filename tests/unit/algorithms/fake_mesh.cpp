@@ -63,6 +63,7 @@ class FakeMesh final : public transport::Mesh {
     r.priv[0] = r.priv[1] = 0;
     if (r.kind == RequestKind::send) {
       world_.channel(rank_, r.peer).sends.push_back(&r);
+      ++world_.sends_posted_[static_cast<std::size_t>(rank_)];
     } else {
       world_.channel(r.peer, rank_).recvs.push_back(&r);
     }
@@ -156,6 +157,7 @@ FakeWorld::FakeWorld(int size, FakeOptions options)
       wake_(static_cast<std::size_t>(size)),
       channels_(static_cast<std::size_t>(size * size)),
       pending_(static_cast<std::size_t>(size)),
+      sends_posted_(static_cast<std::size_t>(size)),
       rng_(options.seed) {
   for (int r = 0; r < size; ++r) meshes_.push_back(std::make_unique<FakeMesh>(*this, r));
   reset();
@@ -176,6 +178,11 @@ void FakeWorld::reset() {
     c.capacity = options_.min_capacity;
   }
   std::fill(pending_.begin(), pending_.end(), 0);
+}
+
+std::size_t FakeWorld::sends_posted(int rank) const {
+  std::lock_guard lk(mu_);
+  return sends_posted_.at(static_cast<std::size_t>(rank));
 }
 
 std::size_t FakeWorld::pending(int rank) const {

@@ -56,6 +56,8 @@ class FakeWorld {
 
   /// Requests posted by `rank` and not yet complete.
   std::size_t pending(int rank) const;
+  /// Sends `rank` has posted since the world was made.
+  std::size_t sends_posted(int rank) const;
   /// Bytes or messages still sitting in any channel, or receives still posted.
   bool idle() const;
   /// Clears a poisoned world so that it can be used again.
@@ -94,6 +96,7 @@ class FakeWorld {
   std::vector<std::condition_variable> wake_;  // one per rank
   std::vector<Channel> channels_;
   std::vector<std::size_t> pending_;
+  std::vector<std::size_t> sends_posted_;
   std::mt19937_64 rng_;
   std::exception_ptr error_;
   int error_rank_ = -1;

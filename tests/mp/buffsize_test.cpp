@@ -1,0 +1,66 @@
+// TANDEM_BUFFSIZE's effect: the shared-memory channel between two ranks of a host is that big,
+// as the segments mapped in each rank's address space show (/proc/self/maps), and a message
+// many times larger than a small channel still arrives whole.
+
+#include "mp_util.hpp"
+#include "transport/shm/wire.hpp"
+
+#include <tandem/settings.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace tandem::mptest {
+namespace {
+
+// Sizes of this process's mappings of tandem's channel segments (names /tandem-*-shm-*).
+std::vector<std::size_t> channel_segments() {
+  std::ifstream maps("/proc/self/maps");
+  std::vector<std::size_t> sizes;
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("/dev/shm/tandem-") == std::string::npos) continue;
+    std::istringstream in(line);
+    std::string range;
+    in >> range;
+    const auto dash = range.find('-');
+    const auto begin = std::stoull(range.substr(0, dash), nullptr, 16);
+    const auto end = std::stoull(range.substr(dash + 1), nullptr, 16);
+    sizes.push_back(static_cast<std::size_t>(end - begin));
+  }
+  return sizes;
+}
+
+TEST(BuffSize, SetsTheSharedMemoryChannelsSize) {
+  for (const char* buffsize : {"64K", "4M"}) {
+    const auto exits = testing::run_ranks(
+        2,
+        [&](const testing::RankContext& ctx) {
+          auto comm = connect(ctx);
+          std::vector<float> v(3u << 20, 1.0f);  // 12 MiB: many laps of a 64 KiB channel
+          comm->allreduce(BufferView::of(std::span<float>(v)), ReduceOp::sum);
+          EXPECT_EQ(v.front(), 2.0f);
+          EXPECT_EQ(v.back(), 2.0f);
+          const std::size_t bytes =
+              static_cast<std::size_t>(settings::get_bytes("TANDEM_BUFFSIZE"));
+          const std::size_t want =
+              transport::shm::segment_bytes(1, transport::shm::geometry_for(bytes));
+          const auto sizes = channel_segments();
+          ASSERT_FALSE(sizes.empty()) << "no channel segment mapped";
+          // Each segment is mapped whole once (and its parts again): the largest mapping is
+          // the segment, a little more than one channel of TANDEM_BUFFSIZE.
+          EXPECT_EQ(*std::max_element(sizes.begin(), sizes.end()), want) << buffsize;
+          EXPECT_GE(want, bytes);
+          EXPECT_LT(want, bytes + (64u << 10));
+        },
+        run_options("shm", {std::string("TANDEM_BUFFSIZE=") + buffsize}));
+    testing::expect_all_ok(exits);
+  }
+}
+
+}  // namespace
+}  // namespace tandem::mptest
