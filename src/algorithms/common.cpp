@@ -20,11 +20,15 @@ std::vector<std::size_t> prefix_offsets(std::span<const std::size_t> counts) {
   return off;
 }
 
-Batch::~Batch() {
-  const bool in_flight = std::any_of(reqs_, reqs_ + capacity_,
+void abort_if_in_flight(transport::Mesh& mesh, std::span<const Request> requests) noexcept {
+  const bool in_flight = std::any_of(requests.begin(), requests.end(),
                                      [](const Request& r) { return r.peer >= 0 && !r.complete; });
-  if (in_flight && mesh_.error() == nullptr)
-    mesh_.abort(Error(ErrorCode::Aborted, "a collective failed with requests still in flight"));
+  if (in_flight && mesh.error() == nullptr)
+    mesh.abort(Error(ErrorCode::Aborted, "a collective failed with requests still in flight"));
+}
+
+Batch::~Batch() {
+  abort_if_in_flight(mesh_, std::span<const Request>(reqs_, capacity_));
 }
 
 void wait_all(transport::Mesh& mesh, std::initializer_list<Batch*> batches, Deadline deadline) {

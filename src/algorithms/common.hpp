@@ -109,6 +109,10 @@ inline BinomialNode binomial_node(int vr, int n) noexcept {
 /// A fixed-capacity batch of requests whose addresses stay valid while they are posted.
 /// Leaving the scope by an exception with requests still in flight aborts the mesh, so the
 /// transport drops them before their memory goes away.
+/// After a wait that threw: requests of the caller's frame still posted would be left to the
+/// mesh, so it is aborted (unless it already failed).
+void abort_if_in_flight(transport::Mesh& mesh, std::span<const Request> requests) noexcept;
+
 class Batch {
  public:
   Batch(transport::Mesh& mesh, std::size_t capacity)

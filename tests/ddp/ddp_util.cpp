@@ -154,6 +154,15 @@ std::uint64_t hash_gradients(const std::vector<BufferView>& views) {
   return h;
 }
 
+void backward_pass(ddp::Reducer& r, const FakeModel& m, int rank, int t) {
+  r.prepare_for_backward();
+  for (std::size_t p = m.size(); p-- > 0;) {
+    fill(m.view(p), rank, p, t);
+    r.mark_variable_ready(p);
+  }
+  r.finalize_backward();
+}
+
 testing::RunOptions run_options(std::vector<std::string> extra) {
   testing::RunOptions o;
   o.timeout = std::chrono::seconds(180);

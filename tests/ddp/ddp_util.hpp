@@ -67,6 +67,10 @@ std::vector<std::size_t> ready_order(int rank, std::size_t n, int t);
 
 /// FNV-1a over the bytes of every gradient.
 std::uint64_t hash_gradients(const std::vector<BufferView>& views);
+
+/// One synchronised backward pass of `m` on `r`: every parameter filled for pass `t` and marked
+/// ready in reverse order (as autograd does), then finalize_backward().
+void backward_pass(ddp::Reducer& r, const FakeModel& m, int rank, int t);
 using tandem::testing::same_on_every_rank;
 
 /// Options for run_ranks: a short TANDEM_TIMEOUT so a bug fails instead of hanging.

@@ -11,7 +11,6 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <numeric>
 #include <thread>
 
 namespace tandem::ddptest {
@@ -35,14 +34,7 @@ ddp::StepReport profile(const testing::RankContext& ctx, int steps, std::chrono:
     {
       auto timed = prof.time(ddp::StepPart::compute);
       std::this_thread::sleep_for(compute);
-      r.prepare_for_backward();
-      std::vector<std::size_t> order(m.size());
-      std::iota(order.rbegin(), order.rend(), std::size_t{0});
-      for (std::size_t p : order) {
-        fill(m.view(p), ctx.rank, p, t);
-        r.mark_variable_ready(p);
-      }
-      r.finalize_backward();  // inside the scope, as LibTorch's DDP does it
+      backward_pass(r, m, ctx.rank, t);  // finalize inside the scope, as LibTorch's DDP does
     }
     prof.end_step();
   }

@@ -15,7 +15,6 @@
 
 #include <fstream>
 #include <map>
-#include <numeric>
 
 namespace tandem::ddptest {
 namespace {
@@ -40,14 +39,7 @@ TEST(ReducerTrace, BucketsOnTheirOwnTracksInsideTheBackwardSpan) {
         o.bucket_cap_bytes = 64 * 1024;
         ddp::Reducer r(comm, m.views(), o);
         for (int t = 0; t < kPasses; ++t) {
-          r.prepare_for_backward();
-          std::vector<std::size_t> order(m.size());
-          std::iota(order.rbegin(), order.rend(), std::size_t{0});
-          for (std::size_t p : order) {
-            fill(m.view(p), ctx.rank, p, t);
-            r.mark_variable_ready(p);
-          }
-          r.finalize_backward();
+          backward_pass(r, m, ctx.rank, t);
           EXPECT_EQ(wrong_averages(m.view(0), 0, ctx.size, t, t), 0u);
         }
         EXPECT_GE(r.stats().buckets.size(), 2u);

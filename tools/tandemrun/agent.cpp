@@ -80,11 +80,7 @@ Agent::~Agent() {
 }
 
 int Agent::run() {
-  StoreRole role = StoreRole::try_host;
-  if (!options_.multi_node())
-    role = StoreRole::host;
-  else if (options_.node_rank)
-    role = *options_.node_rank == 0 ? StoreRole::host : StoreRole::client;
+  const StoreRole role = store_role(options_);
   try {
     session_ = std::make_unique<Session>(options_, role, [this] { check_interrupts(); });
   } catch (const Interrupted& i) {

@@ -144,11 +144,7 @@ std::string_view check_advice() noexcept {
 int run_check(const LaunchOptions& options) {
   std::vector<Line> mine = local_checks(options);
   const std::string host = net::local_host_name();
-  StoreRole role = StoreRole::try_host;
-  if (!options.multi_node())
-    role = StoreRole::host;
-  else if (options.node_rank)
-    role = *options.node_rank == 0 ? StoreRole::host : StoreRole::client;
+  const StoreRole role = store_role(options);
   std::unique_ptr<Session> session;
   try {
     session = std::make_unique<Session>(options, role, [] {});

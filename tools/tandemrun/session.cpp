@@ -173,6 +173,12 @@ void Session::agree_on_run_id() {
   keys_.base = "rdzv/" + run_id_;
 }
 
+StoreRole store_role(const LaunchOptions& options) noexcept {
+  if (!options.multi_node()) return StoreRole::host;
+  if (!options.node_rank) return StoreRole::try_host;
+  return *options.node_rank == 0 ? StoreRole::host : StoreRole::client;
+}
+
 std::string Session::store_address() const {
   return net::format_host_port(options_.master_addr, port_);
 }

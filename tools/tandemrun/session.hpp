@@ -42,6 +42,10 @@ struct Keys {
 /// multi-node run without --node-rank, where the host of --master-addr is node 0).
 enum class StoreRole { host, client, try_host };
 
+/// This node's part in hosting the store: one node hosts it; with several, node 0 (when
+/// --node-rank says so) hosts and the others connect; without a node rank, try.
+StoreRole store_role(const LaunchOptions& options) noexcept;
+
 class Session {
  public:
   /// Hosts the store (role host: throws Error naming the address when it cannot), connects to

@@ -24,10 +24,7 @@ void tree_broadcast(const Call& call, Context& ctx, DataType dt, const std::byte
     struct InFlight {  // a wait that throws must not leave the posted request to the mesh
       transport::Mesh& mesh;
       const Request& q;
-      ~InFlight() {
-        if (!q.complete && mesh.error() == nullptr)
-          mesh.abort(Error(ErrorCode::Aborted, "a collective failed with requests in flight"));
-      }
+      ~InFlight() { abort_if_in_flight(mesh, std::span<const Request>(&q, 1)); }
     } guard{mesh, q};
     if (r == root) copy_bytes(out, src, count * es);
     mesh.wait(q, call.deadline);

@@ -1,7 +1,9 @@
 #pragma once
 // The CUDA IPC backend: a communicator's collectives on CUDA memory between ranks of one host
-// that share a GPU or have peer access between theirs, without NCCL. Each rank stages its
-// part in its own device buffer, which every peer maps through CUDA IPC; reductions are
+// that share a GPU or have peer access between theirs, without NCCL. Buffers from cudaMalloc
+// are mapped by the peers through CUDA IPC and used in place (run_mapped: on one GPU rank 0
+// runs the whole collective as one fused reduction or its copies). Other buffers are staged:
+// each rank copies its part into its own device buffer, which every peer maps; reductions are
 // direct (rank r reduces slice r of every rank's input with tandem's device kernels, reading
 // the peers' staging in place, then every rank gathers the slices), and data movement is one
 // copy from the peer's staging into the output. Everything runs on the backend's stream behind

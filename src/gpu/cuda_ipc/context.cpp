@@ -152,12 +152,6 @@ void Context::publish_buffers(const void* in, const void* out) {
   own_block_->out = in == out ? own_block_->in : describe_buffer(out);
 }
 
-bool Context::all_buffers_usable() const {
-  for (const Peer& p : peers_)
-    if (p.block().in.usable == 0 || p.block().out.usable == 0) return false;
-  return true;
-}
-
 std::string Context::describe() const {
   std::string s;
   for (const Peer& p : peers_) {

@@ -49,8 +49,6 @@ class Context {
   /// Writes where this call's buffers are into this rank's control block (published by the
   /// next end_phase()); false in the records when a buffer cannot be shared through CUDA IPC.
   void publish_buffers(const void* in, const void* out);
-  /// After the end_phase() that published them: whether every rank's buffers can be mapped.
-  bool all_buffers_usable() const;
   /// Whether every rank's staging is on this rank's GPU (ranks sharing one GPU).
   bool one_device() const noexcept {
     for (int same : same_device_)

@@ -9,11 +9,12 @@
 // its own. A phase that reads peers' staging is always followed by such a step before anyone
 // writes that staging again, so no copy ever reads memory a peer is rewriting.
 //
-// An allreduce on buffers from cudaMalloc skips the staging: each rank writes where its input
+// A collective on buffers from cudaMalloc skips the staging: each rank writes where its input
 // and output are (a BufferRecord: the allocation's IPC handle and the offset) into its control
-// block before the step that ends the call's first phase, every rank maps the peers' buffers
-// (cached per allocation), reduces its slice of every input into every output, and ends a
-// second phase. Every rank decides from all ranks' records, so all take the same path.
+// block before the step that ends the call's first phase; the peers map those buffers (cached
+// per allocation); on one GPU rank 0 then runs the whole collective, between GPUs each rank
+// reduces its slice of every input into every output (allreduce); a second phase ends the
+// call. Every rank decides from all ranks' records, so all take the same path.
 
 #include <atomic>
 #include <cstddef>
