@@ -224,6 +224,11 @@ TEST(TandemrunUsage, MalformedValuesExit2WithOneLine) {
       {{"--nproc-per-node", "2", "--log-dir", "/tmp/a", "--log_dir", "/tmp/b"}, "--log_dir"},
       {{"--nproc-per-node", "2", "--start_port", "65535"}, "--start_port '65535'"},
       {{"--selected_gpus", "0,,1"}, "an empty entry"},
+      {{"--nproc-per-node", "2", "--rdzv-conf", "read_timeout=5"},
+       "unknown key 'read_timeout' (known: join_timeout, last_call_timeout)"},
+      {{"--nproc-per-node", "2", "--rdzv-conf", "last_call_timeout=soon"}, "KEY=SECONDS pairs"},
+      {{"--nproc-per-node", "2", "--rdzv-conf", "last_call_timeout=-1"},
+       "--rdzv-conf last_call_timeout -1"},
   };
   for (const auto& [args, needle] : cases) {
     std::vector<std::string> argv{tandemrun_path()};

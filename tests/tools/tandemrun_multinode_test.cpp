@@ -72,6 +72,20 @@ class TandemrunMultiNode : public ::testing::Test {
     return std::make_unique<Subprocess>(pair_->exec_in(i, argv), env);
   }
 
+  // tandemrun on node i of an elastic run (--nnodes 1:2): heartbeats every 0.2 s (a node is
+  // lost after 5 s without), rounds close 1 s after one node joined.
+  std::unique_ptr<Subprocess> elastic_node(int i, const std::vector<std::string>& args) const {
+    std::vector<std::string> argv{"--nnodes",           "1:2",
+                                  "--master-addr",      pair_->addr(0),
+                                  "--master-port",      std::to_string(kPort),
+                                  "--node-rank",        std::to_string(i),
+                                  "--monitor-interval", "0.2",
+                                  "--grace-period",     "2",
+                                  "--rdzv-conf",        "last_call_timeout=1"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return node(i, argv, false);
+  }
+
   // Bounded wait until no process carries this run's marker (killed ones may take a moment).
   bool no_process_left() const {
     const Deadline deadline = deadline_in(10s);
@@ -451,6 +465,102 @@ TEST_F(TandemrunMultiNode, DuplicateNodeRanksAreRefusedOnEveryNode) {
     EXPECT_NE(r.err.find("duplicate --node-rank 1"), std::string::npos) << r.err;
     EXPECT_EQ(r.out, "") << "no worker starts";
   }
+}
+
+// Each worker prints the world it sees; in the world it waits for it ends, it succeeds.
+std::string world_script(int succeed_at) {
+  return fmt::format(
+      "echo world $WORLD_SIZE rank $RANK nodes $GROUP_WORLD_SIZE restart $TANDEM_RESTART_COUNT; "
+      "if [ $WORLD_SIZE = {} ]; then exit 0; fi; echo ready $$; exec sleep 1000",
+      succeed_at);
+}
+
+TEST_F(TandemrunMultiNode, ElasticRunGoesOnWithTheRemainingNodeWhenANodeIsLost) {
+  // World 4 waits; after node 1 is lost, node 0's workers run again in a world of 2.
+  const std::vector<std::string> a_args{"--nproc-per-node", "2", "/bin/sh", "-c", world_script(2)};
+  auto a = elastic_node(0, a_args);
+  auto b = elastic_node(1, a_args);
+  ASSERT_TRUE(wait_ready(*a, 2)) << a->err();
+  ASSERT_TRUE(wait_ready(*b, 2)) << b->err();
+  EXPECT_NE(a->out().find("[rank 0]: world 4 rank 0 nodes 2 restart 0\n"), std::string::npos)
+      << a->out();
+  // Node 1's host dies: its tandemrun is killed, and its workers with it.
+  ASSERT_EQ(::kill(b->pid(), SIGKILL), 0);
+  const auto ra = a->wait(kExit);
+  ASSERT_FALSE(ra.timed_out);
+  EXPECT_EQ(ra.exit_code, 0) << ra.err;
+  for (int rank : {0, 1}) {
+    EXPECT_NE(ra.out.find(fmt::format("[rank {0}]: world 2 rank {0} nodes 1 restart 1\n", rank)),
+              std::string::npos)
+        << ra.out;
+  }
+  EXPECT_NE(ra.err.find("lost node 1 ("), std::string::npos) << ra.err;
+  EXPECT_NE(ra.err.find("the run goes on with the 1 remaining node(s) in a new round"),
+            std::string::npos)
+      << ra.err;
+  EXPECT_NE(ra.err.find("round 1: 1 node(s), world size 2; this is node 0 (ranks 0..1)"),
+            std::string::npos)
+      << ra.err;
+  EXPECT_EQ(ra.err.find("===="), std::string::npos) << "no failure summary:\n" << ra.err;
+  b->wait(kExit);
+}
+
+TEST_F(TandemrunMultiNode, ElasticRunAdmitsANodeThatStartsLate) {
+  // World 1 waits; once node 1 is in, both nodes' workers run in a world of 2 and succeed.
+  const std::vector<std::string> args{"--nproc-per-node", "1", "/bin/sh", "-c", world_script(2)};
+  auto a = elastic_node(0, args);
+  ASSERT_TRUE(wait_ready(*a, 1)) << a->err();
+  EXPECT_NE(a->out().find("[rank 0]: world 1 rank 0 nodes 1 restart 0\n"), std::string::npos)
+      << a->out();
+  auto b = elastic_node(1, args);
+  const auto ra = a->wait(kExit);
+  const auto rb = b->wait(kExit);
+  ASSERT_FALSE(ra.timed_out || rb.timed_out);
+  EXPECT_EQ(ra.exit_code, 0) << ra.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.err;
+  EXPECT_NE(ra.out.find("[rank 0]: world 2 rank 0 nodes 2 restart 1\n"), std::string::npos)
+      << ra.out;
+  EXPECT_EQ(rb.out, "[rank 1]: world 2 rank 1 nodes 2 restart 1\n") << rb.err;
+  EXPECT_NE(rb.err.find("round 0 of the run is under way with 1 node(s) (--nnodes 1:2): this "
+                        "node waits to join the next one, which node 0 starts for it"),
+            std::string::npos)
+      << rb.err;
+  EXPECT_NE(ra.err.find("is waiting to join the run: the run goes on with the 1 remaining "
+                        "node(s) and 1 new in a new round"),
+            std::string::npos)
+      << ra.err;
+  EXPECT_NE(rb.err.find("round 1: 2 node(s), world size 2; this is node 1 (ranks 1..1)"),
+            std::string::npos)
+      << rb.err;
+}
+
+TEST_F(TandemrunMultiNode, NodeWaitingToJoinAFullRunLeavesWhenTheRunEnds) {
+  // Both nodes of --nnodes 1:2 are in: a third waits for a place, and leaves with the run's
+  // outcome when the run ends (here stopped by SIGTERM to node 0).
+  const std::vector<std::string> args{"--nproc-per-node", "1", "/bin/sh", "-c", kSleeper};
+  auto a = elastic_node(0, args);
+  auto b = elastic_node(1, args);
+  ASSERT_TRUE(wait_ready(*a, 1)) << a->err();
+  ASSERT_TRUE(wait_ready(*b, 1)) << b->err();
+  auto c = elastic_node(1, {"--nproc-per-node", "1", "/bin/true"});
+  ASSERT_TRUE(c->wait_for(
+      [](const std::string&, const std::string& err) {
+        return err.find("when a place is free (the run has its MAX nodes)") != std::string::npos;
+      },
+      kReady))
+      << c->err();
+  ASSERT_EQ(::kill(a->pid(), SIGTERM), 0);
+  const auto ra = a->wait(kExit);
+  const auto rb = b->wait(kExit);
+  const auto rc = c->wait(kExit);
+  ASSERT_FALSE(ra.timed_out || rb.timed_out || rc.timed_out);
+  EXPECT_EQ(ra.exit_code, 128 + SIGTERM) << ra.err;
+  EXPECT_EQ(rb.exit_code, 128 + SIGTERM) << rb.err;
+  EXPECT_EQ(rc.exit_code, 1) << rc.err;
+  EXPECT_EQ(rc.out, "") << "the late node started no worker";
+  EXPECT_NE(rc.err.find("the run ended (exit code 143) before this node was admitted"),
+            std::string::npos)
+      << rc.err;
 }
 
 TEST_F(TandemrunMultiNode, TorchDistributedScriptRunsUnchangedOnTwoNodes) {

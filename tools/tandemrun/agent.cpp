@@ -46,6 +46,13 @@ class CutOff : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The run ended while this node waited to be admitted.
+class RunOver : public std::runtime_error {
+ public:
+  RunOver(const std::string& what, int code) : std::runtime_error(what), exit_code(code) {}
+  int exit_code;
+};
+
 // Another node ended the round being joined (a shutdown, a lost node).
 class RoundAborted : public std::runtime_error {
  public:
@@ -103,17 +110,31 @@ int Agent::run() {
 }
 
 int Agent::run_rounds() {
-  std::optional<int> want = options_.node_rank;
-  int min_nodes = options_.min_nodes;
-  int max_nodes = options_.max_nodes;
+  const bool elastic = options_.min_nodes < options_.max_nodes;
+  RoundRules rules{
+      .min_nodes = options_.min_nodes, .max_nodes = options_.max_nodes, .want = options_.node_rank};
   assignment_.node_rank = options_.node_rank.value_or(-1);
-  for (round_ = 0;; ++round_) {
+  round_ = 0;
+  try {
+    // A node that starts while an elastic run is under way joins its next round.
+    if (elastic && !session_->hosts_store()) round_ = next_open_round(*session_);
+  } catch (const std::exception& e) {
+    note(fmt::format("cannot read the run's state from the store at {}: {}",
+                     session_->store_address(), e.what()));
+    return 1;
+  }
+  if (round_ > 0) {
+    rules.want.reset();  // a new node: after the run's nodes
+    note_waiting(round_ - 1, round_size(*session_, round_ - 1));
+  }
+  waiting_ = round_ > 0;
+  for (;; ++round_) {
     try {
       abort_key_ = session_->keys().end(round_);
       assignment_ = join_round(
           options_, *session_,
           [this](const std::vector<std::string>& k, Deadline d) { return wait_keys(k, d); }, round_,
-          want, min_nodes, max_nodes);
+          rules);
       abort_key_.clear();
     } catch (const RendezvousError& e) {
       note(e.what());
@@ -122,6 +143,9 @@ int Agent::run_rounds() {
     } catch (const RoundAborted& e) {
       note(fmt::format("{}: stopping", e.what()));
       return e.end.kind == RoundEnd::Kind::shutdown ? 128 + e.end.signal : 1;
+    } catch (const RunOver& e) {
+      note(fmt::format("the run ended ({}) before this node was admitted", e.what()));
+      return e.exit_code;
     } catch (const Interrupted& i) {
       try {
         publish_shutdown(i.signal);
@@ -133,23 +157,44 @@ int Agent::run_rounds() {
       note(e.what());
       return 1;
     } catch (const Error& e) {
-      note(fmt::format("rendezvous through the store at {} failed: {}", session_->store_address(),
-                       e.message()));
+      note(fmt::format("rendezvous through the store at {} failed: {}{}", session_->store_address(),
+                       e.message(),
+                       waiting_ ? " (the run may have ended before this node was admitted)" : ""));
       return 1;
     }
-    want = assignment_.node_rank;
-    min_nodes = max_nodes = assignment_.nnodes();
+    if (!assignment_.admitted()) {
+      note_waiting(round_, assignment_.nnodes());
+      waiting_ = true;
+      rules.want.reset();
+      continue;
+    }
+    waiting_ = false;
+    rules.want = assignment_.node_rank;  // orders the next round's nodes
+    if (!elastic) rules.min_nodes = rules.max_nodes = assignment_.nnodes();
+    lost_nodes_.clear();
+    lost_hosts_.clear();
     TANDEM_INFO(run, "tandemrun: round {}: node {} of {}, ranks {}..{} of {}", round_,
                 assignment_.node_rank, assignment_.nnodes(), assignment_.self().first_rank,
                 assignment_.self().first_rank + assignment_.self().nproc - 1,
                 assignment_.world_size);
+    if (elastic) {
+      note(fmt::format("round {}: {} node(s), world size {}; this is node {} (ranks {}..{})",
+                       round_, assignment_.nnodes(), assignment_.world_size, assignment_.node_rank,
+                       assignment_.self().first_rank,
+                       assignment_.self().first_rank + assignment_.self().nproc - 1));
+    }
     try {
-      if (!watcher_) start_watcher();
+      if (!watcher_) {
+        start_watcher();
+      } else {
+        watcher_->set_peers(assignment_.node_rank, watched_peers());
+      }
     } catch (const Error& e) {
       note(fmt::format("cannot watch the run: {}", e.message()));
       return 1;
     }
-    watcher_->watch_round(round_);
+    watcher_->watch_round(round_,
+                          elastic && coordinator() && assignment_.nnodes() < options_.max_nodes);
 
     RoundResult r;
     try {
@@ -170,7 +215,7 @@ int Agent::run_rounds() {
     }
     session_->remove_shm_segments();
     if (!r.cut_off.empty() || !r.end) return cut_off_exit(r.cut_off, r.report);
-    if (r.end->kind == RoundEnd::Kind::success) return finish_success();
+    if (r.end->kind == RoundEnd::Kind::success) return finish(0);
 
     Verdict v;
     try {
@@ -190,21 +235,43 @@ int Agent::run_rounds() {
     }
     if (!v.restart) {
       write_all(2, format_summary(v));
-      leave();
-      return v.exit_code;
+      return finish(v.exit_code);
+    }
+    restarts_used_ = v.restarts_used;
+    if (elastic) {
+      // Node 0 closes the next round once the remaining nodes and those waiting are in.
+      rules.min_nodes = options_.min_nodes;
+      rules.max_nodes = options_.max_nodes;
+      rules.expected = v.nnodes - static_cast<int>(v.lost_nodes.size()) + v.waiting;
     }
     write_all(2, format_restart_note(v));
   }
 }
 
-void Agent::start_watcher() {
+void Agent::note_waiting(int round, int nnodes) {
+  if (noted_waiting_) return;
+  noted_waiting_ = true;
+  note(fmt::format(
+      "round {} of the run is under way with {} node(s) (--nnodes {}:{}): this node waits to "
+      "join the next one{}",
+      round, nnodes < 0 ? std::string("?") : std::to_string(nnodes), options_.min_nodes,
+      options_.max_nodes,
+      nnodes < options_.max_nodes ? ", which node 0 starts for it"
+                                  : ", when a place is free (the run has its MAX nodes)"));
+}
+
+std::map<int, std::string> Agent::watched_peers() const {
   std::map<int, std::string> peers;
   for (const auto& n : assignment_.nodes) {
     if (n.node == assignment_.node_rank) continue;
     if (coordinator() || n.node == 0) peers.emplace(n.node, n.host);
   }
+  return peers;
+}
+
+void Agent::start_watcher() {
   watcher_ = std::make_unique<Watcher>(session_->connect(), session_->keys(), assignment_.node_rank,
-                                       coordinator(), peers, options_.monitor_interval);
+                                       coordinator(), watched_peers(), options_.monitor_interval);
 }
 
 int Agent::event_fd() const {
@@ -271,7 +338,7 @@ bool Agent::wait_keys(const std::vector<std::string>& keys, Deadline deadline) {
   store::Store& store = session_->store();
   while (true) {
     check_interrupts();
-    if (!abort_key_.empty() && !lost_nodes_.empty()) {
+    if (!abort_key_.empty() && !lost_nodes_.empty() && options_.min_nodes == options_.max_nodes) {
       // A node was lost before the round closed: end it for everyone.
       RoundEnd lost;
       lost.kind = RoundEnd::Kind::node_lost;
@@ -279,6 +346,14 @@ bool Agent::wait_keys(const std::vector<std::string>& keys, Deadline deadline) {
       lost.host = lost_hosts_.front();
       lost.what = "its tandemrun stopped sending heartbeats";
       throw RoundAborted(RoundEnd::from_json(store.compare_set(abort_key_, "", lost.to_json())));
+    }
+    if (waiting_ && store.check(std::vector<std::string>{session_->keys().over()})) {
+      const std::string code = store.get(session_->keys().over(), deadline_in(10s));
+      // Node 0 keeps the store up until the nodes that waited have read this.
+      const auto n = store.add(session_->keys().over() + "/seen", 1);
+      store.set(fmt::format("{}/seen/{}", session_->keys().over(), n), "1");
+      throw RunOver(code == "0" ? "every worker succeeded" : fmt::format("exit code {}", code),
+                    code == "0" ? 0 : 1);
     }
     if (!abort_key_.empty() && store.check(std::vector<std::string>{abort_key_}))
       throw RoundAborted(RoundEnd::from_json(store.get(abort_key_, deadline_in(10s))));
@@ -353,8 +428,19 @@ Verdict Agent::coordinate_verdict(const RoundEnd& end, const NodeReport& mine) {
       lost_hosts.push_back(lost_hosts_[i]);
     }
   }
-  Verdict v = decide(end, std::move(reports), std::move(lost), std::move(lost_hosts), round_,
-                     options_.max_restarts);
+  RestartRules rules{.max_restarts = options_.max_restarts,
+                     .restarts_used = restarts_used_,
+                     .min_nodes = options_.min_nodes,
+                     .max_nodes = options_.max_nodes,
+                     .nnodes = assignment_.nnodes(),
+                     .waiting = 0};
+  if (rules.elastic()) {
+    // Nodes that joined the next round already wait to be admitted (the others join it only
+    // after this verdict).
+    rules.waiting = static_cast<int>(store.add(keys.joined(round_ + 1), 0));
+  }
+  Verdict v =
+      decide(end, std::move(reports), std::move(lost), std::move(lost_hosts), round_, rules);
   fill(v);
   try {
     v.collectives = collective_report(store, round_, assignment_.world_size, v.reports);
@@ -375,9 +461,25 @@ Verdict Agent::await_verdict() {
   return Verdict::from_json(session_->store().get(key, deadline_in(10s)));
 }
 
-int Agent::finish_success() {
+int Agent::finish(int exit_code) {
+  if (coordinator()) {
+    try {
+      // Tells nodes still waiting to join that there is nothing to join any more, and lets
+      // them read it.
+      store::Store& store = session_->store();
+      store.set(session_->keys().over(), std::to_string(exit_code));
+      const auto waiting = store.add(session_->keys().joined(round_ + 1), 0);
+      std::vector<std::string> seen;
+      for (std::int64_t i = 1; i <= waiting; ++i)
+        seen.push_back(fmt::format("{}/seen/{}", session_->keys().over(), i));
+      if (!seen.empty() && !wait_keys(seen, deadline_in(kByeBound)))
+        TANDEM_INFO(run, "tandemrun: not every waiting node read the end of the run");
+    } catch (const std::exception& e) {
+      TANDEM_INFO(run, "tandemrun: could not tell the waiting nodes the run ended: {}", e.what());
+    }
+  }
   leave();
-  return 0;
+  return exit_code;
 }
 
 void Agent::leave() {

@@ -2,7 +2,9 @@
 // The tandemrun of one node (torchelastic's "agent"): joins the run through the store, runs
 // round after round of workers under a Supervisor, and after a failed round agrees with the
 // other nodes on what happened: node 0 collects every node's report and publishes a verdict
-// (restart, or exit with one failure summary), which every node follows and prints.
+// (restart, or exit with one failure summary), which every node follows and prints. In an
+// elastic run (--nnodes MIN:MAX, MIN < MAX) a lost node (not node 0) or a node waiting to join
+// leads to a new round with the nodes there are, while at least MIN are.
 
 #include "core/net.hpp"
 #include "options.hpp"
@@ -12,6 +14,7 @@
 #include "supervisor.hpp"
 #include "watcher.hpp"
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,7 +48,12 @@ class Agent final : public RunLink {
   Verdict await_verdict();
   void fill(Verdict& v) const;
   std::string store_gone(const std::string& detail) const;
-  int finish_success();
+  /// Ends the run with `exit_code` (node 0 tells nodes waiting to join first).
+  int finish(int exit_code);
+  /// Says once that this node waits to be admitted (round `round` has `nnodes`, -1: unknown).
+  void note_waiting(int round, int nnodes);
+  /// The nodes this node's watcher watches in the current assignment.
+  std::map<int, std::string> watched_peers() const;
   /// Says goodbye (other nodes), or waits for the others' goodbyes (node 0, whose store they
   /// still read).
   void leave();
@@ -60,6 +68,9 @@ class Agent final : public RunLink {
   std::unique_ptr<Watcher> watcher_;
   Assignment assignment_;
   int round_ = 0;
+  int restarts_used_ = 0;  ///< restarts after worker failures so far
+  bool waiting_ = false;   ///< not admitted yet: the run may end meanwhile
+  bool noted_waiting_ = false;
   std::string abort_key_;  ///< while set, a value there ends the current wait
   std::vector<int> lost_nodes_;
   std::vector<std::string> lost_hosts_;

@@ -178,7 +178,16 @@ int run_check(const LaunchOptions& options) {
             throw;
           }
         },
-        0, options.node_rank, options.min_nodes, options.max_nodes);
+        0,
+        RoundRules{.min_nodes = options.min_nodes,
+                   .max_nodes = options.max_nodes,
+                   .want = options.node_rank});
+    if (!a.admitted()) {
+      throw RendezvousError(
+          fmt::format("the check's round closed with {} node(s) without this "
+                      "one: more nodes were started than --nnodes allows",
+                      a.nnodes()));
+    }
   } catch (const std::exception& e) {
     mine.push_back(
         {"nodes", "FAIL",

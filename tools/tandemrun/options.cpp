@@ -156,6 +156,31 @@ std::chrono::milliseconds seconds_option(double s, std::string_view flag, double
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(s * 1000)));
 }
 
+// torchrun's --rdzv-conf: the keys that mean something here; any other is refused.
+void parse_rdzv_conf(const std::string& text, LaunchOptions& o) {
+  if (text.empty()) return;
+  for (const auto& item : split_list(text)) {
+    const auto eq = item.find('=');
+    const std::string key = item.substr(0, eq);
+    double value = 0;
+    const char* v = eq == std::string::npos ? nullptr : item.c_str() + eq + 1;
+    const auto parsed = v == nullptr ? std::from_chars_result{nullptr, std::errc::invalid_argument}
+                                     : std::from_chars(v, item.c_str() + item.size(), value);
+    if (parsed.ec != std::errc() || parsed.ptr != item.c_str() + item.size()) {
+      throw UsageError(
+          fmt::format("--rdzv-conf '{}': give KEY=SECONDS pairs separated by commas", text));
+    }
+    if (key == "join_timeout") {
+      o.rdzv_timeout = seconds_option(value, "--rdzv-conf join_timeout", 0.1, 86400 * 7);
+    } else if (key == "last_call_timeout") {
+      o.last_call = seconds_option(value, "--rdzv-conf last_call_timeout", 0, 86400);
+    } else {
+      throw UsageError(fmt::format(
+          "--rdzv-conf: unknown key '{}' (known: join_timeout, last_call_timeout)", key));
+    }
+  }
+}
+
 void print_usage_error(const CLI::App& app, std::string_view what, bool with_usage) {
   std::fprintf(stderr, "tandemrun: %.*s\n", static_cast<int>(what.size()), what.data());
   if (with_usage) {
@@ -167,6 +192,7 @@ void print_usage_error(const CLI::App& app, std::string_view what, bool with_usa
 // Raw values of the flags, before they are checked against each other.
 struct Raw {
   std::string nproc, nnodes = "1", master_port, run_id, rdzv_endpoint, rdzv_backend = "static";
+  std::string rdzv_conf;
   std::string redirects, tee, gpus, selected_gpus, ips, start_port, ranks_filter, cpu_bind = "none";
   int node_rank = -1, max_restarts = 0;
   double grace_s = 10, rdzv_timeout_s = 900, monitor_s = 1;
@@ -266,6 +292,12 @@ void add_options(CLI::App& app, Raw& raw, LaunchOptions& o) {
       ->group(nodes)
       ->type_name("SECONDS")
       ->capture_default_str();
+  app.add_option("--rdzv-conf,--rdzv_conf", raw.rdzv_conf,
+                 "KEY=VALUE,...: join_timeout=SECONDS (as --rdzv-timeout), last_call_timeout="
+                 "SECONDS (how long a round stays open for more nodes once MIN of --nnodes "
+                 "MIN:MAX joined; default 30)")
+      ->group(nodes)
+      ->type_name("KEY=VALUE,...");
   app.add_option("--rdzv-backend,--rdzv_backend", raw.rdzv_backend,
                  "Accepted for torchrun compatibility: static or c10d (node 0 hosts the store)")
       ->group(nodes)
@@ -469,6 +501,7 @@ void finish(const CLI::App& app, const Raw& raw, LaunchOptions& o) {
   o.run_id = raw.run_id;
 
   o.rdzv_timeout = seconds_option(raw.rdzv_timeout_s, "--rdzv-timeout", 0.1, 86400 * 7);
+  parse_rdzv_conf(raw.rdzv_conf, o);
   o.monitor_interval = seconds_option(raw.monitor_s, "--monitor-interval", 0.05, 60);
   o.grace_period = seconds_option(raw.grace_s, "--grace-period", 0, 3600);
   if (raw.max_restarts < 0 || raw.max_restarts > 1000000)

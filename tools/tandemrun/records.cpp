@@ -25,13 +25,15 @@ const char* kind_name(RoundEnd::Kind k) {
       return "shutdown";
     case RoundEnd::Kind::node_lost:
       return "node_lost";
+    case RoundEnd::Kind::node_joined:
+      return "node_joined";
   }
   return "failure";
 }
 
 RoundEnd::Kind kind_of(const std::string& s) {
   for (auto k : {RoundEnd::Kind::success, RoundEnd::Kind::failure, RoundEnd::Kind::shutdown,
-                 RoundEnd::Kind::node_lost}) {
+                 RoundEnd::Kind::node_lost, RoundEnd::Kind::node_joined}) {
     if (s == kind_name(k)) return k;
   }
   throw std::runtime_error(fmt::format("unknown round end '{}'", s));
@@ -194,6 +196,8 @@ std::string RoundEnd::describe() const {
       return fmt::format("{} was sent {}", where, signal_name(signal));
     case Kind::node_lost:
       return fmt::format("{} was lost: {}", where, what);
+    case Kind::node_joined:
+      return fmt::format("{} is waiting to join the run", where);
   }
   return what;
 }
@@ -244,12 +248,21 @@ NodeReport NodeReport::from_json(const std::string& text) {
 std::string Verdict::to_json() const {
   json reps = json::array();
   for (const auto& r : reports) reps.push_back(report_json(r));
-  json j{{"restart", restart},       {"exit_code", exit_code},
-         {"round", round},           {"max_restarts", max_restarts},
-         {"run_id", run_id},         {"program", program},
-         {"nnodes", nnodes},         {"world_size", world_size},
-         {"end", end_json(end)},     {"lost_nodes", lost_nodes},
-         {"lost_hosts", lost_hosts}, {"reports", reps}};
+  json j{{"restart", restart},
+         {"exit_code", exit_code},
+         {"round", round},
+         {"max_restarts", max_restarts},
+         {"restarts_used", restarts_used},
+         {"membership", membership},
+         {"waiting", waiting},
+         {"run_id", run_id},
+         {"program", program},
+         {"nnodes", nnodes},
+         {"world_size", world_size},
+         {"end", end_json(end)},
+         {"lost_nodes", lost_nodes},
+         {"lost_hosts", lost_hosts},
+         {"reports", reps}};
   j["root"] = root ? worker_json(*root) : json();
   j["collectives"] = collectives;
   return j.dump();
@@ -262,6 +275,9 @@ Verdict Verdict::from_json(const std::string& text) {
     v.exit_code = j.at("exit_code").get<int>();
     v.round = j.at("round").get<int>();
     v.max_restarts = j.at("max_restarts").get<int>();
+    v.restarts_used = j.at("restarts_used").get<int>();
+    v.membership = j.at("membership").get<bool>();
+    v.waiting = j.at("waiting").get<int>();
     v.run_id = j.at("run_id").get<std::string>();
     v.program = j.at("program").get<std::string>();
     v.nnodes = j.at("nnodes").get<int>();
@@ -277,11 +293,13 @@ Verdict Verdict::from_json(const std::string& text) {
 }
 
 Verdict decide(const RoundEnd& end, std::vector<NodeReport> reports, std::vector<int> lost_nodes,
-               std::vector<std::string> lost_hosts, int round, int max_restarts) {
+               std::vector<std::string> lost_hosts, int round, const RestartRules& rules) {
   Verdict v;
   v.end = end;
   v.round = round;
-  v.max_restarts = max_restarts;
+  v.max_restarts = rules.max_restarts;
+  v.restarts_used = rules.restarts_used;
+  v.waiting = rules.waiting;
   std::sort(reports.begin(), reports.end(),
             [](const NodeReport& a, const NodeReport& b) { return a.node < b.node; });
   v.reports = std::move(reports);
@@ -320,12 +338,23 @@ Verdict decide(const RoundEnd& end, std::vector<NodeReport> reports, std::vector
   }
   if (best != nullptr && end.kind != RoundEnd::Kind::shutdown) v.root = *best;
 
+  const bool node0_lost =
+      std::find(v.lost_nodes.begin(), v.lost_nodes.end(), 0) != v.lost_nodes.end();
+  const int remaining = rules.nnodes - static_cast<int>(v.lost_nodes.size()) + rules.waiting;
+  const bool may_regroup = rules.elastic() && end.kind != RoundEnd::Kind::shutdown && !node0_lost &&
+                           remaining >= rules.min_nodes;
   if (end.kind == RoundEnd::Kind::node_lost || !v.lost_nodes.empty()) {
     if (end.kind != RoundEnd::Kind::node_lost && end.kind != RoundEnd::Kind::shutdown) {
       v.end.kind = RoundEnd::Kind::node_lost;
       v.end.node = v.lost_nodes.front();
       v.end.host = v.lost_hosts.empty() ? std::string("?") : v.lost_hosts.front();
       v.end.what = "it did not report after its workers were stopped";
+    }
+    if (may_regroup) {
+      // Elastic: the workers failed because a node went; the rest go on without it.
+      v.restart = v.membership = true;
+      v.exit_code = 0;
+      return v;
     }
     v.exit_code = v.end.kind == RoundEnd::Kind::shutdown ? 128 + v.end.signal : 1;
     return v;
@@ -334,8 +363,15 @@ Verdict decide(const RoundEnd& end, std::vector<NodeReport> reports, std::vector
     v.exit_code = 128 + end.signal;
     return v;
   }
+  if (end.kind == RoundEnd::Kind::node_joined && may_regroup) {
+    v.root.reset();  // the workers were stopped to let the node in, none failed on its own
+    v.restart = v.membership = true;
+    v.exit_code = 0;
+    return v;
+  }
   v.exit_code = v.root ? v.root->exit_code() : 1;
-  v.restart = round < max_restarts;
+  v.restart = rules.restarts_used < rules.max_restarts;
+  if (v.restart) ++v.restarts_used;
   return v;
 }
 
@@ -398,8 +434,8 @@ std::string format_summary(const Verdict& v) {
     for (const auto& line : v.collectives) s += fmt::format("  {}\n", line);
   }
   if (v.max_restarts > 0) {
-    s += fmt::format("{}\nRestarts: {} of {} used{}\n", thin, std::min(v.round, v.max_restarts),
-                     v.max_restarts,
+    s += fmt::format("{}\nRestarts: {} of {} used{}\n", thin,
+                     std::min(v.restarts_used, v.max_restarts), v.max_restarts,
                      v.end.kind == RoundEnd::Kind::failure ? "" : " (no restart after this)");
   }
   s += fmt::format("{}\n", rule);
@@ -407,11 +443,26 @@ std::string format_summary(const Verdict& v) {
 }
 
 std::string format_restart_note(const Verdict& v) {
+  if (v.membership) {
+    std::string lost;
+    for (std::size_t i = 0; i < v.lost_nodes.size(); ++i) {
+      lost += fmt::format("{}node {} ({})", lost.empty() ? "" : ", ", v.lost_nodes[i],
+                          i < v.lost_hosts.size() ? v.lost_hosts[i] : std::string("?"));
+    }
+    const int stay = v.nnodes - static_cast<int>(v.lost_nodes.size());
+    std::string why = lost.empty() ? v.end.describe() : fmt::format("lost {}", lost);
+    if (!lost.empty() && v.waiting > 0)
+      why += fmt::format(" and {} node(s) waiting to join", v.waiting);
+    return fmt::format(
+        "tandemrun: {}: the run goes on with the {} remaining node(s){} in a new round (the "
+        "workers restart at the new world size; this does not count against --max-restarts)\n",
+        why, stay, v.waiting > 0 ? fmt::format(" and {} new", v.waiting) : std::string());
+  }
   const std::string cause = v.root ? fmt::format("{} (pid {}) {}", where(*v.root, v.nnodes > 1),
                                                  v.root->pid, v.root->describe_status())
                                    : v.end.describe();
   return fmt::format("tandemrun: {}: restarting all {} worker(s) (restart {} of {})\n", cause,
-                     v.world_size, v.round + 1, v.max_restarts);
+                     v.world_size, v.restarts_used, v.max_restarts);
 }
 
 }  // namespace tandem::tools::tandemrun

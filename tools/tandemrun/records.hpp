@@ -1,6 +1,7 @@
 #pragma once
 // What the nodes of a run tell each other through the store, as JSON: how a round ended (the
-// "end" of a round: success, a worker failure, a shutdown or a lost node), each node's report
+// "end" of a round: success, a worker failure, a shutdown, a lost node or a node waiting to
+// join an elastic run), each node's report
 // on its workers once they stopped, and node 0's verdict on the round, which every node
 // prints as the same failure summary.
 
@@ -13,9 +14,10 @@ namespace tandem::tools::tandemrun {
 
 /// How a round ended, as first published by any node (compare_set: the first one wins).
 struct RoundEnd {
-  enum class Kind { success, failure, shutdown, node_lost };
+  enum class Kind { success, failure, shutdown, node_lost, node_joined };
   Kind kind = Kind::failure;
-  int node = 0;      ///< node that published it (failure, shutdown) or that was lost
+  int node = 0;      ///< node that published it (failure, shutdown) or that was lost (-1:
+                     ///< node_joined, whose node has no rank yet)
   std::string host;  ///< that node's host name
   int rank = -1;     ///< failure: the failed worker's global rank
   std::string what;  ///< failure: "exited with code 3"; node_lost: why it counts as lost
@@ -72,6 +74,11 @@ struct Verdict {
   int exit_code = 1;
   int round = 0;
   int max_restarts = 0;
+  int restarts_used = 0;  ///< restarts after worker failures so far, this one included
+  /// The restart changes the nodes (a node lost while at least MIN remain, or a node waiting
+  /// to join): a new rendezvous round, which does not count against --max-restarts.
+  bool membership = false;
+  int waiting = 0;  ///< nodes waiting to join when node 0 decided
   std::string run_id;
   std::string program;
   int nnodes = 1;
@@ -87,15 +94,28 @@ struct Verdict {
   static Verdict from_json(const std::string& text);
 };
 
+/// What decide() may do besides exiting.
+struct RestartRules {
+  int max_restarts = 0;
+  int restarts_used = 0;  ///< restarts after worker failures before this round's end
+  int min_nodes = 1;      ///< --nnodes MIN:MAX; elastic when MIN < MAX
+  int max_nodes = 1;
+  int nnodes = 1;   ///< nodes in the round
+  int waiting = 0;  ///< nodes waiting to join
+  bool elastic() const noexcept { return min_nodes < max_nodes; }
+};
+
 /// Chooses the root cause and the action: restart while restarts remain after a worker
-/// failure; exit on a shutdown, a lost node, or when no restart is left.
+/// failure; in an elastic run, a new round without the lost nodes while at least MIN remain
+/// (node 0, which hosts the store, excepted), or with the nodes waiting to join; exit on a
+/// shutdown, a lost node otherwise, or when no restart is left.
 Verdict decide(const RoundEnd& end, std::vector<NodeReport> reports, std::vector<int> lost_nodes,
-               std::vector<std::string> lost_hosts, int round, int max_restarts);
+               std::vector<std::string> lost_hosts, int round, const RestartRules& rules);
 
 /// The failure summary every node prints (the same text on every node).
 std::string format_summary(const Verdict& v);
 
-/// The line printed on every node before a restart.
+/// The line printed on every node before a restart (or a new round of an elastic run).
 std::string format_restart_note(const Verdict& v);
 
 /// "SIGSEGV" for 11, "signal 42" for unnamed ones.

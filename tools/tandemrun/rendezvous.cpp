@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <charconv>
+#include <tuple>
 #include <unistd.h>
 
 namespace tandem::tools::tandemrun {
@@ -87,34 +89,61 @@ std::uint16_t free_worker_port(const std::string& addr, Session& session) {
   return port;
 }
 
+// Later rounds: node 0 first, then the nodes of the previous round in their old order, then
+// new nodes in order of arrival; the first `max_nodes` of them are in.
+std::vector<int> order_later_round(const std::vector<Arrival>& arrivals, int max_nodes) {
+  std::vector<std::size_t> order(arrivals.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  const auto key = [&](std::size_t i) {
+    const Arrival& a = arrivals[i];
+    return std::tuple(!a.hosts_store, a.want < 0, a.want, a.arrival);
+  };
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t x, std::size_t y) { return key(x) < key(y); });
+  std::vector<int> rank_of(arrivals.size(), -1);
+  for (std::size_t r = 0; r < order.size() && static_cast<int>(r) < max_nodes; ++r)
+    rank_of[order[r]] = static_cast<int>(r);
+  return rank_of;
+}
+
 // Node 0: waits for the nodes and publishes the round's assignment (or error). Returns the
 // number of arrivals it counted.
 std::int64_t close_round(const LaunchOptions& options, Session& session, const WaitKeys& wait,
-                         int round, int min_nodes, int max_nodes) {
+                         int round, const RoundRules& rules) {
   store::Store& store = session.store();
   const Keys& keys = session.keys();
   const auto start = Clock::now();
   const Deadline deadline = deadline_in(options.rdzv_timeout);
+  const int enough = rules.expected > 0
+                         ? std::clamp(rules.expected, rules.min_nodes, rules.max_nodes)
+                         : rules.max_nodes;
+  Deadline last_call = Deadline::max();
   json closed;
   std::int64_t n = 0;
   try {
     while (true) {
       n = store.add(keys.joined(round), 0);
-      if (n >= max_nodes) {
-        n = max_nodes;
-        break;
+      if (n >= enough) break;
+      if (n >= rules.min_nodes && last_call == Deadline::max()) {
+        last_call = deadline_in(options.last_call);
+        TANDEM_INFO(run, "tandemrun: round {}: {} of {}..{} node(s) joined, closing within {:g} s",
+                    round, n, rules.min_nodes, rules.max_nodes,
+                    std::chrono::duration<double>(options.last_call).count());
       }
-      if (Clock::now() >= deadline) {
-        if (n >= min_nodes) break;
+      if (Clock::now() >= std::min(deadline, last_call)) {
+        if (n >= rules.min_nodes) break;
         throw RendezvousError(fmt::format(
             "only {} of {} node(s) joined round {} of run {} within --rdzv-timeout {:g} s: "
             "start tandemrun on every node with the same --master-addr/--master-port and "
             "TANDEM_STORE_TOKEN, or lower --nnodes",
-            n, min_nodes, round, session.run_id(),
+            n, rules.min_nodes, round, session.run_id(),
             std::chrono::duration<double>(options.rdzv_timeout).count()));
       }
-      wait({keys.node(round, static_cast<int>(n) + 1)}, deadline);
+      wait({keys.node(round, static_cast<int>(n) + 1)}, std::min(deadline, last_call));
     }
+    // Round 0 takes the first MAX arrivals; later rounds read every arrival and prefer the
+    // nodes that were in the run.
+    if (round == 0) n = std::min<std::int64_t>(n, rules.max_nodes);
     std::vector<std::string> described;
     for (int i = 1; i <= n; ++i) described.push_back(keys.node(round, i));
     if (!wait(described, deadline_in(kDescribeBound)))
@@ -131,9 +160,11 @@ std::int64_t close_round(const LaunchOptions& options, Session& session, const W
       a.hosts_store = j.at("hosts_store").get<bool>();
       arrivals.push_back(std::move(a));
     }
-    const auto ranks = assign_node_ranks(arrivals);
+    const auto ranks =
+        round == 0 ? assign_node_ranks(arrivals) : order_later_round(arrivals, rules.max_nodes);
     json nodes = json::array();
     for (std::size_t i = 0; i < arrivals.size(); ++i) {
+      if (ranks[i] < 0) continue;
       nodes.push_back(json{{"arrival", arrivals[i].arrival},
                            {"node", ranks[i]},
                            {"host", arrivals[i].host},
@@ -144,14 +175,15 @@ std::int64_t close_round(const LaunchOptions& options, Session& session, const W
                   {"master_addr", options.master_addr},
                   {"master_port", free_worker_port(options.master_addr, session)},
                   {"error", ""}};
-    TANDEM_INFO(run, "tandemrun: round {} closed with {} node(s) after {:.1f} s", round, n,
-                std::chrono::duration<double>(Clock::now() - start).count());
+    TANDEM_INFO(run, "tandemrun: round {} closed with {} node(s) after {:.1f} s", round,
+                nodes.size(), std::chrono::duration<double>(Clock::now() - start).count());
   } catch (const RendezvousError& e) {
     closed = json{{"error", e.what()}};
   } catch (const json::exception& e) {
     closed = json{{"error", fmt::format("malformed node description in the store: {}", e.what())}};
   }
   store.set(keys.closed(round), closed.dump());
+  store.set(keys.current(), std::to_string(round));
   return n;
 }
 
@@ -161,20 +193,44 @@ std::string read_key(const Keys& keys, int round, int arrival) {
 
 }  // namespace
 
+int next_open_round(Session& session) {
+  store::Store& store = session.store();
+  const std::string key = session.keys().current();
+  if (!store.check(std::vector<std::string>{key})) return 0;
+  const std::string text = store.get(key, deadline_in(kReadBound));
+  int round = 0;
+  if (std::from_chars(text.data(), text.data() + text.size(), round).ec != std::errc() ||
+      round < 0) {
+    throw RendezvousError(fmt::format("malformed round number '{}' in the store", text));
+  }
+  return round + 1;
+}
+
+int round_size(Session& session, int round) {
+  store::Store& store = session.store();
+  const std::string key = session.keys().closed(round);
+  if (!store.check(std::vector<std::string>{key})) return -1;
+  try {
+    const json j = json::parse(store.get(key, deadline_in(kReadBound)));
+    return j.contains("nodes") ? static_cast<int>(j.at("nodes").size()) : -1;
+  } catch (const json::exception&) {
+    return -1;
+  }
+}
+
 Assignment join_round(const LaunchOptions& options, Session& session, const WaitKeys& wait,
-                      int round, std::optional<int> want, int min_nodes, int max_nodes) {
+                      int round, const RoundRules& rules) {
   store::Store& store = session.store();
   const Keys& keys = session.keys();
   const auto arrival = static_cast<int>(store.add(keys.joined(round), 1));
-  store.set(keys.node(round, arrival), json{{"want", want.value_or(-1)},
+  store.set(keys.node(round, arrival), json{{"want", rules.want.value_or(-1)},
                                             {"host", net::local_host_name()},
                                             {"nproc", options.nproc_per_node},
                                             {"pid", static_cast<int>(::getpid())},
                                             {"hosts_store", session.hosts_store()}}
                                            .dump());
   std::int64_t arrivals = 0;
-  if (session.hosts_store())
-    arrivals = close_round(options, session, wait, round, min_nodes, max_nodes);
+  if (session.hosts_store()) arrivals = close_round(options, session, wait, round, rules);
   if (!wait({keys.closed(round)}, deadline_in(options.rdzv_timeout + kCloseMargin))) {
     throw RendezvousError(fmt::format(
         "node 0 (store at {}) did not close rendezvous round {} within --rdzv-timeout {:g} s "
@@ -217,11 +273,13 @@ Assignment join_round(const LaunchOptions& options, Session& session, const Wait
       s.agent_pid = n.at("pid").get<int>();
       if (n.at("arrival").get<int>() == arrival) mine = node;
     }
-    if (mine < 0) {
+    // In an elastic run a node the round closed without is not admitted (node_rank -1): it
+    // waits for the next round.
+    if (mine < 0 && options.min_nodes == options.max_nodes) {
       throw RendezvousError(fmt::format(
           "rendezvous round {} of run {} closed with {} node(s) before this node joined (arrival "
           "{}): more nodes were started than --nnodes {}",
-          round, session.run_id(), nodes.size(), arrival, max_nodes));
+          round, session.run_id(), nodes.size(), arrival, rules.max_nodes));
     }
     a.node_rank = mine;
   } catch (const json::exception& e) {

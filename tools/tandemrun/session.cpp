@@ -58,6 +58,9 @@ std::string Keys::node(int r, int arrival) const {
 std::string Keys::closed(int r) const {
   return round(r) + "/closed";
 }
+std::string Keys::current() const {
+  return base + "/current";
+}
 std::string Keys::end(int r) const {
   return round(r) + "/end";
 }
@@ -72,6 +75,9 @@ std::string Keys::verdict(int r) const {
 }
 std::string Keys::heartbeat(int node) const {
   return fmt::format("{}/hb/{}", base, node);
+}
+std::string Keys::over() const {
+  return base + "/over";
 }
 std::string Keys::bye(int node) const {
   return fmt::format("{}/bye/{}", base, node);

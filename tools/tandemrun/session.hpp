@@ -30,12 +30,14 @@ struct Keys {
   std::string joined(int r) const;             ///< arrival counter
   std::string node(int r, int arrival) const;  ///< what the n-th arrival says about itself
   std::string closed(int r) const;             ///< node 0's assignment (or error) for round r
+  std::string current() const;                 ///< the last round node 0 closed
   std::string end(int r) const;                ///< how round r ended (first writer wins)
   std::string done(int r) const;               ///< nodes whose workers all succeeded
   std::string report(int r, int node) const;   ///< a node's report once its workers stopped
   std::string verdict(int r) const;            ///< node 0's decision after a failed round
   std::string heartbeat(int node) const;
   std::string bye(int node) const;  ///< a node leaving after success
+  std::string over() const;         ///< the run's exit code, once node 0 decided it
 };
 
 /// Whether this tandemrun hosts the store: yes, no, or "if it can bind --master-addr" (a

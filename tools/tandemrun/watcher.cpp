@@ -6,6 +6,7 @@
 #include <tandem/log.hpp>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cerrno>
@@ -36,13 +37,7 @@ Watcher::Watcher(std::unique_ptr<store::Store> store, Keys keys, int node, bool 
   event_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!event_fd_)
     TANDEM_THROW(ErrorCode::Io, "eventfd failed: {}", std::system_category().message(errno));
-  const auto now = Clock::now();
-  for (const auto& [n, host] : peers) {
-    Peer p;
-    p.host = host;
-    p.changed = now;
-    peers_.emplace(n, std::move(p));
-  }
+  apply_peers(peers);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -62,12 +57,29 @@ std::vector<WatchEvent> Watcher::take() {
   return std::exchange(events_, {});
 }
 
-void Watcher::watch_round(int round) {
+void Watcher::watch_round(int round, bool admit) {
   {
     std::lock_guard lock(mu_);
     round_ = round;
+    admit_ = admit;
   }
   cv_.notify_all();
+}
+
+void Watcher::set_peers(int node, const std::map<int, std::string>& peers) {
+  std::lock_guard lock(mu_);
+  new_peers_.emplace(node, peers);
+}
+
+void Watcher::apply_peers(const std::map<int, std::string>& peers) {
+  peers_.clear();
+  const auto now = Clock::now();
+  for (const auto& [n, host] : peers) {
+    Peer p;
+    p.host = host;
+    p.changed = now;
+    peers_.emplace(n, std::move(p));
+  }
 }
 
 void Watcher::stop_watching_peers() {
@@ -89,14 +101,23 @@ void Watcher::loop() {
     while (true) {
       int round = -1;
       bool peers = false;
+      bool admit = false;
+      std::optional<std::pair<int, std::map<int, std::string>>> new_peers;
       {
         std::lock_guard lock(mu_);
         if (stop_) return;
         round = round_;
         peers = watch_peers_;
+        admit = admit_;
+        new_peers.swap(new_peers_);
+      }
+      if (new_peers) {
+        node_ = new_peers->first;
+        apply_peers(new_peers->second);
       }
       store_->add(keys_.heartbeat(node_), 1);
       if (peers) check_peers();
+      if (admit && coordinator_ && round >= 0 && round != reported_round_) check_waiting(round);
       if (round >= 0 && round != reported_round_) {
         const std::vector<std::string> key{keys_.end(round)};
         try {
@@ -121,6 +142,27 @@ void Watcher::loop() {
     ev.value = e.message();
     post(std::move(ev));
   }
+}
+
+void Watcher::check_waiting(int round) {
+  if (store_->add(keys_.joined(round + 1), 0) == 0) return;
+  // A node joined the next round while this one runs: end this one for it (once: the end key
+  // is written by whoever is first).
+  RoundEnd end;
+  end.kind = RoundEnd::Kind::node_joined;
+  end.node = -1;
+  end.host = "?";
+  const std::vector<std::string> first{keys_.node(round + 1, 1)};
+  if (store_->check(first)) {
+    try {
+      end.host = nlohmann::json::parse(store_->get(first.front(), deadline_in(10s)))
+                     .at("host")
+                     .get<std::string>();
+    } catch (const nlohmann::json::exception&) {
+    }
+  }
+  TANDEM_INFO(run, "tandemrun: {} is waiting to join: ending round {} for it", end.host, round);
+  store_->compare_set(keys_.end(round), "", end.to_json());
 }
 
 void Watcher::check_peers() {

@@ -2,8 +2,9 @@
 // The watcher thread of a tandemrun: over its own store connection it writes this node's
 // heartbeat every --monitor-interval, watches the heartbeats of the other nodes (node 0
 // watches everyone, the others watch node 0), and blocks in the store's wait() on the end key
-// of the current round. What it sees becomes events, signalled through an eventfd that the
-// supervisor polls with everything else.
+// of the current round. In an elastic run node 0's watcher also sees nodes waiting to join the
+// next round and ends the current one for them. What it sees becomes events, signalled through
+// an eventfd that the supervisor polls with everything else.
 
 #include "core/net.hpp"
 #include "session.hpp"
@@ -17,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -46,8 +48,12 @@ class Watcher {
   int fd() const noexcept { return event_fd_.get(); }
   /// Takes the pending events.
   std::vector<WatchEvent> take();
-  /// Starts watching the end key of `round`.
-  void watch_round(int round);
+  /// Starts watching the end key of `round`. `admit` (node 0 of an elastic run with fewer than
+  /// MAX nodes): a node that joins round + 1 ends `round` (RoundEnd::Kind::node_joined).
+  void watch_round(int round, bool admit = false);
+  /// This node's rank and the nodes to watch from now on (after a round with other nodes), as
+  /// in the constructor.
+  void set_peers(int node, const std::map<int, std::string>& peers);
   /// Stops watching the heartbeats of other nodes (they may leave now).
   void stop_watching_peers();
 
@@ -57,11 +63,13 @@ class Watcher {
  private:
   void loop();
   void check_peers();
+  void check_waiting(int round);
+  void apply_peers(const std::map<int, std::string>& peers);
   void post(WatchEvent e);
 
   std::unique_ptr<store::Store> store_;
   Keys keys_;
-  int node_;
+  int node_;  // watcher thread only (after construction)
   bool coordinator_;
   std::chrono::milliseconds interval_;
   std::chrono::milliseconds lost_after_;
@@ -80,7 +88,9 @@ class Watcher {
   std::vector<WatchEvent> events_;
   bool stop_ = false;
   bool watch_peers_ = true;
-  int round_ = -1;           // the round whose end key is watched
+  int round_ = -1;      // the round whose end key is watched
+  bool admit_ = false;  // end round_ for a node waiting to join round_ + 1
+  std::optional<std::pair<int, std::map<int, std::string>>> new_peers_;
   int reported_round_ = -1;  // the last round whose end was posted (watcher thread)
   std::thread thread_;
 };
