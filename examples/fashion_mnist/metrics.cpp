@@ -109,12 +109,13 @@ std::vector<MetricsRow> read_metrics(const std::filesystem::path& path) {
   return rows;
 }
 
-MetricsWriter::MetricsWriter(std::filesystem::path path, std::optional<std::uint64_t> resumed_at)
+MetricsWriter::MetricsWriter(std::filesystem::path path,
+                             std::optional<std::uint64_t> resumed_epochs)
     : path_(std::move(path)), json_(is_json(path_)) {
   std::error_code ec;
-  if (resumed_at && std::filesystem::exists(path_, ec)) {
+  if (resumed_epochs && std::filesystem::exists(path_, ec)) {
     for (MetricsRow& r : read_metrics(path_)) {
-      if (r.kind == "epoch" && r.step <= *resumed_at) rows_.push_back(std::move(r));
+      if (r.kind == "epoch" && r.epoch <= *resumed_epochs) rows_.push_back(std::move(r));
     }
   }
 }

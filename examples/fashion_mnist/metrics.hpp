@@ -36,10 +36,11 @@ std::vector<MetricsRow> read_metrics(const std::filesystem::path& path);
 
 class MetricsWriter {
  public:
-  /// `path` ends in .csv or .json. With `resumed_at`, the rows of an earlier run in the file
-  /// up to that step are kept (a resumed run continues the file); otherwise it starts empty.
+  /// `path` ends in .csv or .json. With `resumed_epochs`, the epoch rows of an earlier run in
+  /// the file for its first `resumed_epochs` epochs are kept (a resumed run continues the file,
+  /// at whatever world size); otherwise it starts empty.
   explicit MetricsWriter(std::filesystem::path path,
-                         std::optional<std::uint64_t> resumed_at = std::nullopt);
+                         std::optional<std::uint64_t> resumed_epochs = std::nullopt);
   /// Appends a row and rewrites the file; throws tandem::Error(Io) naming it on failure.
   void write(const MetricsRow& row);
   const std::vector<MetricsRow>& rows() const noexcept { return rows_; }

@@ -57,22 +57,29 @@ nlohmann::json run_record(const Config& config, const Setup& setup, std::uint64_
           {"config", to_yaml(config)}};
 }
 
-void check_resumable(const nlohmann::json& record, const Setup& setup, std::uint64_t train_images,
-                     const std::string& dir) {
-  const auto same = [&](const char* key, std::uint64_t now) {
-    const auto then = record.value(key, std::uint64_t{0});
-    if (then != now) {
-      TANDEM_THROW(ErrorCode::InvalidArgument,
-                   "the latest checkpoint in {} was written with {}={}, this run has {}: resume "
-                   "with the same world size, batch and data (or set checkpoint.resume=false, or "
-                   "another checkpoint.dir)",
-                   dir, key, then, now);
-    }
-  };
-  same("world_size", static_cast<std::uint64_t>(setup.world_size));
-  same("per_rank_batch", setup.per_rank_batch);
-  same("accumulation_steps", setup.accumulation_steps);
-  same("train_images", train_images);
+// Whether the latest checkpoint can be resumed here: the same data, any world size and batch
+// (an elastic run resumes at the world size it has). Returns a sentence when the world size or
+// the images per step changed, empty otherwise.
+std::string check_resumable(const nlohmann::json& record, const Setup& setup,
+                            std::uint64_t train_images, const std::string& dir) {
+  const auto then = [&](const char* key) { return record.value(key, std::uint64_t{0}); };
+  if (then("train_images") != train_images) {
+    TANDEM_THROW(ErrorCode::InvalidArgument,
+                 "the latest checkpoint in {} was written for {} training images, this run has "
+                 "{}: resume with the same data (or set checkpoint.resume=false, or another "
+                 "checkpoint.dir)",
+                 dir, then("train_images"), train_images);
+  }
+  const auto world = static_cast<std::uint64_t>(setup.world_size);
+  if (then("world_size") == world && then("per_rank_batch") == setup.per_rank_batch &&
+      then("accumulation_steps") == setup.accumulation_steps)
+    return {};
+  return fmt::format(
+      "written at world size {} (global batch {}, {} accumulation step(s)), resumed at world "
+      "size {} (global batch {}, {}): the rest of the epoch is re-sharded over the new ranks, "
+      "the learning rate follows the new global batch",
+      then("world_size"), then("per_rank_batch") * then("world_size"), then("accumulation_steps"),
+      world, setup.global_batch, setup.accumulation_steps);
 }
 
 std::string describe_buckets(const tandem::ddp::ReducerStats& stats) {
@@ -153,6 +160,7 @@ void train(const Config& config, const Setup& setup,
   std::uint64_t epoch = 0;
   EpochSums sums{0, 0, 0};
   std::optional<std::uint64_t> resumed_at;
+  std::string reshaped;  // how the world changed since the checkpoint, if it did
   if (!config.checkpoint.dir.empty()) {
     checkpointer.emplace(
         comm, config.checkpoint.dir,
@@ -160,10 +168,16 @@ void train(const Config& config, const Setup& setup,
     if (config.checkpoint.resume) {
       if (auto state = checkpointer->load_latest(*net, optimizer)) {
         const auto record = nlohmann::json::parse(state->extra_json);
-        check_resumable(record, setup, train_set.size, config.checkpoint.dir);
+        reshaped = check_resumable(record, setup, train_set.size, config.checkpoint.dir);
         step = state->step;
         epoch = state->epoch;
         sampler.load_state(state->sampler);
+        if (!reshaped.empty()) {
+          // Steps count in this run's step size: as many as the images seen so far make.
+          sampler.set_epoch(epoch);
+          step = epoch * steps_per_epoch +
+                 sampler.consumed() / (step_images * static_cast<std::uint64_t>(setup.world_size));
+        }
         if (state->scaler) scaler.load_state(*state->scaler);
         // The epoch's sums were saved summed over the ranks: rank 0 carries them on.
         if (lead) sums = record.at("epoch_sums").get<EpochSums>();
@@ -205,10 +219,14 @@ void train(const Config& config, const Setup& setup,
       std::printf("resumed from %s at step %llu (epoch %llu)\n", config.checkpoint.dir.c_str(),
                   static_cast<unsigned long long>(step),
                   static_cast<unsigned long long>(epoch + 1));
+      if (!reshaped.empty()) std::printf("  %s\n", reshaped.c_str());
     }
     std::fflush(stdout);
     progress.emplace(config.log.progress, config.log.every_steps);
-    if (!config.log.metrics.empty()) metrics.emplace(config.log.metrics, resumed_at);
+    if (!config.log.metrics.empty()) {
+      metrics.emplace(config.log.metrics,
+                      resumed_at ? std::optional<std::uint64_t>(epoch) : std::nullopt);
+    }
   }
 
   const auto save = [&](std::uint64_t at_epoch, const tandem::data::SamplerState& sampler_state) {
@@ -243,7 +261,9 @@ void train(const Config& config, const Setup& setup,
     loading.num_workers = config.data.num_workers;
     loading.prefetch_factor = config.data.prefetch_factor;
     tandem::torch::ImageLoader loader(train_set, sampler, setup.per_rank_batch, true, {}, loading);
-    for (std::uint64_t s = sampler.position() / step_images; s < steps_per_epoch; ++s) {
+    // Fewer in an epoch resumed at another world size (the rest of it, re-sharded).
+    const std::uint64_t epoch_steps = sampler.num_samples() / step_images;
+    for (std::uint64_t s = sampler.position() / step_images; s < epoch_steps; ++s) {
       if (step >= last_step) break;
       const auto start = Clock::now();
       profiler.begin_step();
@@ -312,7 +332,7 @@ void train(const Config& config, const Setup& setup,
       if (progress) {
         progress->update({.epoch = epoch + 1,
                           .epochs = t.epochs,
-                          .step_in_epoch = s + 1,
+                          .step_in_epoch = steps_per_epoch - epoch_steps + s + 1,
                           .steps_in_epoch = steps_per_epoch,
                           .step = step,
                           .total_steps = last_step,
@@ -326,7 +346,7 @@ void train(const Config& config, const Setup& setup,
         saved_at = step;
       }
     }
-    if (sampler.position() / step_images < steps_per_epoch) break;  // stopped at max_steps
+    if (sampler.position() / step_images < epoch_steps) break;  // stopped at max_steps
 
     // End of an epoch: the training sums of every rank, then the test set.
     EpochSums global = sums;
@@ -360,7 +380,10 @@ void train(const Config& config, const Setup& setup,
       if (metrics) metrics->write(row);
     }
     if (config.checkpoint.every_steps == 0) {
-      save(epoch + 1, {epoch + 1, 0, t.seed});
+      save(epoch + 1, {.epoch = epoch + 1,
+                       .position = 0,
+                       .seed = t.seed,
+                       .replicas = static_cast<std::uint64_t>(setup.world_size)});
       saved_at = step;
     }
   }

@@ -132,12 +132,17 @@ void fill_batch(const ImageDataset& dataset, std::span<const std::size_t> indice
 // ---- DistributedSampler -------------------------------------------------------------------
 
 /// Where a sampler stands: saved in checkpoints so that a resumed run continues with the
-/// next unseen sample of the same epoch.
+/// next unseen sample of the same epoch, at the same or at another world size.
 struct SamplerState {
   std::uint64_t epoch = 0;
   /// Samples of this rank already consumed in `epoch` (0 <= position <= num_samples()).
   std::uint64_t position = 0;
   std::uint64_t seed = 0;
+  /// The sampler's num_replicas (0: not recorded, taken as the loading sampler's).
+  std::uint64_t replicas = 0;
+  /// Samples of the epoch's order consumed before this sharding of it began (non-zero in an
+  /// epoch resumed at another world size).
+  std::uint64_t offset = 0;
 };
 
 /// Options of DistributedSampler, with PyTorch's defaults.
@@ -161,7 +166,10 @@ struct SamplerOptions {
 /// permutation as torch.randperm, which cannot be reproduced without LibTorch.
 ///
 /// Beyond PyTorch, the sampler keeps a position (samples of this epoch already consumed) that
-/// advance() moves, state()/load_state() save and restore, and remaining() starts from.
+/// advance() moves, state()/load_state() save and restore, and remaining() starts from. A state
+/// saved with another number of replicas (an elastic run resumed at a new world size) is
+/// re-sharded: the epoch goes on with the samples of its order that no rank consumed, shared
+/// (and padded or truncated) as above among the new replicas; the next epoch is whole again.
 class DistributedSampler {
  public:
   /// Throws Error(InvalidArgument) unless 0 <= rank < num_replicas.
@@ -175,7 +183,9 @@ class DistributedSampler {
   void set_epoch(std::uint64_t epoch);
   std::uint64_t epoch() const noexcept { return epoch_; }
 
-  /// Indices of this rank per epoch: ceil(N / R), or floor(N / R) with drop_last.
+  /// Indices of this rank in the current epoch: ceil(N / R), or floor(N / R) with drop_last
+  /// (N less the samples consumed before a re-sharding, in an epoch resumed at another world
+  /// size).
   std::size_t num_samples() const noexcept { return num_samples_; }
   /// num_samples() * num_replicas: the padded (or truncated) length of the epoch's order.
   std::size_t total_size() const noexcept {
@@ -193,14 +203,21 @@ class DistributedSampler {
   /// The epoch's whole order before sharding (total_size() indices, padded or truncated).
   std::vector<std::size_t> epoch_order() const;
 
-  /// Samples of this epoch already consumed.
+  /// Samples of this epoch already consumed by this rank.
   std::uint64_t position() const noexcept { return position_; }
+  /// Samples of the epoch's order consumed by all ranks together (at most N).
+  std::uint64_t consumed() const noexcept;
+  /// Samples of the epoch's order consumed before this sharding of it began.
+  std::uint64_t offset() const noexcept { return offset_; }
   /// Moves the position forward by `n` samples (clamped to num_samples()).
   void advance(std::uint64_t n) noexcept;
 
-  SamplerState state() const noexcept { return {epoch_, position_, options_.seed}; }
-  /// Restores a state saved by state(). Throws Error(InvalidArgument) when its seed differs
-  /// from this sampler's or its position exceeds num_samples().
+  SamplerState state() const noexcept {
+    return {epoch_, position_, options_.seed, static_cast<std::uint64_t>(replicas_), offset_};
+  }
+  /// Restores a state saved by state(), re-sharding it when it was saved with another number
+  /// of replicas. Throws Error(InvalidArgument) when its seed differs from this sampler's or
+  /// its position or offset exceeds the epoch.
   void load_state(const SamplerState& state);
 
  private:
@@ -211,6 +228,9 @@ class DistributedSampler {
   std::size_t num_samples_ = 0;
   std::uint64_t epoch_ = 0;
   std::uint64_t position_ = 0;
+  std::uint64_t offset_ = 0;
+
+  void size_epoch();
 };
 
 /// The permutation of 0..n-1 that DistributedSampler uses for `seed` (seed + epoch there).

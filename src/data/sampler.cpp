@@ -78,14 +78,30 @@ DistributedSampler::DistributedSampler(std::size_t dataset_size, int num_replica
   TANDEM_CHECK_ARG(rank >= 0 && rank < num_replicas,
                    "DistributedSampler: invalid rank {}, rank should be in the interval [0, {}]",
                    rank, num_replicas - 1);
-  const auto r = static_cast<std::size_t>(num_replicas);
+  size_epoch();
+}
+
+void DistributedSampler::size_epoch() {
+  const auto r = static_cast<std::size_t>(replicas_);
+  const std::size_t n = dataset_size_ - static_cast<std::size_t>(offset_);
   // PyTorch: drop_last and N % R != 0 -> ceil((N - R) / R) = floor(N / R); else ceil(N / R).
-  num_samples_ = options_.drop_last ? dataset_size / r : (dataset_size + r - 1) / r;
+  num_samples_ = options_.drop_last ? n / r : (n + r - 1) / r;
 }
 
 void DistributedSampler::set_epoch(std::uint64_t epoch) {
-  if (epoch != epoch_) position_ = 0;
+  if (epoch != epoch_) {
+    position_ = 0;
+    if (offset_ != 0) {
+      offset_ = 0;
+      size_epoch();
+    }
+  }
   epoch_ = epoch;
+}
+
+std::uint64_t DistributedSampler::consumed() const noexcept {
+  return std::min<std::uint64_t>(dataset_size_,
+                                 offset_ + position_ * static_cast<std::uint64_t>(replicas_));
 }
 
 std::vector<std::size_t> DistributedSampler::epoch_order() const {
@@ -96,6 +112,8 @@ std::vector<std::size_t> DistributedSampler::epoch_order() const {
     order.resize(dataset_size_);
     std::iota(order.begin(), order.end(), std::size_t{0});
   }
+  // An epoch resumed at another world size: what the earlier sharding consumed is gone.
+  order.erase(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(offset_));
   const std::size_t total = total_size();
   if (order.size() >= total) {
     order.resize(total);  // drop_last: the tail goes
@@ -135,13 +153,29 @@ void DistributedSampler::load_state(const SamplerState& state) {
                    "DistributedSampler::load_state: the saved state has seed {} but this sampler "
                    "seed {}: construct the sampler with the seed of the run being resumed",
                    state.seed, options_.seed);
-  TANDEM_CHECK_ARG(state.position <= num_samples_,
-                   "DistributedSampler::load_state: position {} exceeds the {} samples per rank "
-                   "of this sampler (dataset size {}, {} replicas): was the checkpoint written "
-                   "with another world size or dataset?",
-                   state.position, num_samples_, dataset_size_, replicas_);
+  TANDEM_CHECK_ARG(state.offset <= dataset_size_,
+                   "DistributedSampler::load_state: offset {} exceeds the dataset size {}: was "
+                   "the checkpoint written for another dataset?",
+                   state.offset, dataset_size_);
+  const auto replicas = static_cast<std::uint64_t>(replicas_);
   epoch_ = state.epoch;
-  position_ = state.position;
+  if (state.replicas == 0 || state.replicas == replicas) {
+    offset_ = state.offset;
+    size_epoch();
+    TANDEM_CHECK_ARG(state.position <= num_samples_,
+                     "DistributedSampler::load_state: position {} exceeds the {} samples per "
+                     "rank of this sampler (dataset size {}, {} replicas): was the checkpoint "
+                     "written for another dataset?",
+                     state.position, num_samples_, dataset_size_, replicas_);
+    position_ = state.position;
+    return;
+  }
+  // Saved at another world size: the first `consumed` samples of the epoch's order are done.
+  const std::uint64_t consumed =
+      std::min<std::uint64_t>(dataset_size_, state.offset + state.position * state.replicas);
+  offset_ = consumed;
+  position_ = 0;
+  size_epoch();
 }
 
 }  // namespace tandem::data

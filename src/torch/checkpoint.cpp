@@ -210,8 +210,11 @@ json to_json(const TrainingState& s) {
   json j;
   j["step"] = s.step;
   j["epoch"] = s.epoch;
-  j["sampler"] = {
-      {"epoch", s.sampler.epoch}, {"position", s.sampler.position}, {"seed", s.sampler.seed}};
+  j["sampler"] = {{"epoch", s.sampler.epoch},
+                  {"position", s.sampler.position},
+                  {"seed", s.sampler.seed},
+                  {"replicas", s.sampler.replicas},
+                  {"offset", s.sampler.offset}};
   if (s.scaler) {
     j["scaler"] = {{"scale", s.scaler->scale}, {"growth_tracker", s.scaler->growth_tracker}};
   } else {
@@ -251,6 +254,9 @@ TrainingState state_from_json(const json& j) {
   s.sampler.epoch = field<std::uint64_t>(sampler, "epoch");
   s.sampler.position = field<std::uint64_t>(sampler, "position");
   s.sampler.seed = field<std::uint64_t>(sampler, "seed");
+  // Absent in checkpoints of earlier versions: the loading sampler's replicas, no offset.
+  s.sampler.replicas = sampler.value("replicas", std::uint64_t{0});
+  s.sampler.offset = sampler.value("offset", std::uint64_t{0});
   const json scaler = field<json>(j, "scaler");
   if (scaler.is_object())
     s.scaler = GradScalerState{field<double>(scaler, "scale"),

@@ -162,8 +162,8 @@ TEST(ExampleMetrics, CsvAndJsonRoundTripAndResumeKeepsEarlierEpochs) {
     EXPECT_EQ(rows[0], row(1, 10)) << name;
     EXPECT_EQ(rows[2], row(2, 20, "final")) << name;
     {
-      // Resumed from the checkpoint of step 10: epoch 1 stays, the rest is written again.
-      MetricsWriter w(path, 10);
+      // Resumed from the checkpoint after epoch 1: its row stays, the rest is written again.
+      MetricsWriter w(path, 1);
       EXPECT_EQ(w.rows().size(), 1u);
       w.write(row(2, 20));
     }

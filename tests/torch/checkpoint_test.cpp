@@ -112,7 +112,7 @@ TEST(Checkpoint, RoundTripRestoresParametersMomentumRngAndTrainingState) {
         TrainingState st;
         st.step = 2;
         st.epoch = 1;
-        st.sampler = {1, 16, 42};
+        st.sampler = {1, 16, 42, 3, 7};
         st.scaler = torch::GradScalerState{512.0, 3};
         st.extra_json = R"({"lr": 0.05, "name": "x\"y"})";
         Checkpointer ck(comm, dir.path() / "ckpt");
@@ -137,6 +137,8 @@ TEST(Checkpoint, RoundTripRestoresParametersMomentumRngAndTrainingState) {
         EXPECT_EQ(got->sampler.epoch, 1u);
         EXPECT_EQ(got->sampler.position, 16u);
         EXPECT_EQ(got->sampler.seed, 42u);
+        EXPECT_EQ(got->sampler.replicas, 3u);
+        EXPECT_EQ(got->sampler.offset, 7u);
         ASSERT_TRUE(got->scaler.has_value());
         EXPECT_EQ(got->scaler->scale, 512.0);
         EXPECT_EQ(got->scaler->growth_tracker, 3);

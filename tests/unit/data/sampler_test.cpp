@@ -4,11 +4,13 @@
 #include <tandem/data.hpp>
 #include <tandem/error.hpp>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <set>
 
 namespace tandem::data {
 namespace {
@@ -161,6 +163,77 @@ TEST(Sampler, PositionSaveAndRestore) {
   SamplerState far = saved;
   far.position = 5;
   EXPECT_THROW(smaller.load_state(far), Error);
+}
+
+// An elastic run resumed at another world size: the new ranks share exactly the samples of
+// the epoch that no old rank consumed (the reference: the old ranks' own indices), padded or
+// truncated as usual; the next epoch is whole again; a re-sharded state saves and restores.
+TEST(Sampler, ResumedAtAnotherWorldSizeTheEpochGoesOnWithTheUnseenSamples) {
+  for (std::size_t n : {103u, 60u, 7u}) {
+    for (bool drop_last : {false, true}) {
+      for (bool shuffle : {true, false}) {
+        for (auto [from, to] : {std::pair{3, 2}, {2, 3}, {4, 1}, {1, 4}}) {
+          const SamplerOptions o{shuffle, 5, drop_last};
+          const std::string what = fmt::format("n {} drop_last {} shuffle {} world {} -> {}", n,
+                                               drop_last, shuffle, from, to);
+          std::set<std::size_t> consumed;
+          SamplerState saved;
+          for (int r = 0; r < from; ++r) {
+            DistributedSampler old(n, from, r, o);
+            old.set_epoch(2);
+            const std::uint64_t p = old.num_samples() / 3;
+            const auto mine = old.indices();
+            consumed.insert(mine.begin(), mine.begin() + static_cast<std::ptrdiff_t>(p));
+            old.advance(p);
+            saved = old.state();
+          }
+          std::multiset<std::size_t> taken;
+          std::size_t per_rank = 0;
+          for (int r = 0; r < to; ++r) {
+            DistributedSampler now(n, to, r, o);
+            now.load_state(saved);
+            now.set_epoch(2);
+            const auto rest = now.remaining();
+            if (r == 0) per_rank = rest.size();
+            EXPECT_EQ(rest.size(), per_rank) << what << ": every rank the same count";
+            EXPECT_EQ(rest.size(), now.num_samples()) << what;
+            taken.insert(rest.begin(), rest.end());
+            if (r == 0) {
+              // Saved again after a step at the new size, restored exactly.
+              now.advance(1);
+              DistributedSampler again(n, to, r, o);
+              again.load_state(now.state());
+              again.set_epoch(2);
+              EXPECT_EQ(again.remaining(), now.remaining()) << what;
+              EXPECT_EQ(again.consumed(), now.consumed()) << what;
+              again.set_epoch(3);
+              DistributedSampler fresh(n, to, r, o);
+              fresh.set_epoch(3);
+              EXPECT_EQ(again.offset(), 0u) << what;
+              EXPECT_EQ(again.indices(), fresh.indices()) << what << ": the next epoch is whole";
+            }
+          }
+          std::set<std::size_t> unseen;
+          for (std::size_t i = 0; i < n; ++i)
+            if (!consumed.contains(i)) unseen.insert(i);
+          const std::size_t left = consumed.size() >= n ? 0 : n - consumed.size();
+          for (std::size_t i : taken)
+            EXPECT_FALSE(consumed.contains(i)) << what << ": sample " << i << " seen twice";
+          if (drop_last) {
+            EXPECT_EQ(per_rank, left / static_cast<std::size_t>(to)) << what;
+            EXPECT_EQ(std::set<std::size_t>(taken.begin(), taken.end()).size(), taken.size())
+                << what << ": no padding with drop_last";
+          } else {
+            EXPECT_EQ(per_rank,
+                      (left + static_cast<std::size_t>(to) - 1) / static_cast<std::size_t>(to))
+                << what;
+            EXPECT_EQ(std::set<std::size_t>(taken.begin(), taken.end()), unseen)
+                << what << ": every unseen sample, once or as padding";
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(Sampler, InvalidArguments) {
