@@ -7,7 +7,7 @@ packages=(
   g++ cmake ninja-build make ccache pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev
-  libhwloc-dev libhwy-dev zlib1g-dev
+  libhwloc-dev libhwy-dev zlib1g-dev libucx-dev
   iproute2 procps clang-format
   clang libclang-rt-14-dev llvm  # libFuzzer (make fuzz), llvm-symbolizer for sanitizer reports
   python3-torch libtorch-dev dataset-fashion-mnist

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Allreduce between two "hosts" of this machine: two network namespaces joined by a veth
-# pair whose both ends are limited to RATE (default 10 Gbit/s) with tbf. Runs tandem-perf
-# with 1 rank per namespace (the flat ring over tcp) and with 2 per namespace (shared memory
-# inside a namespace: the hierarchical allreduce), then Open MPI's TCP btl with 1 rank per
-# namespace when mpicc/mpirun are installed, and tears everything down.
+# pair whose both ends are limited to RATE (default 10 Gbit/s; "none": no limit) with tbf.
+# Runs tandem-perf with 1 rank per namespace (the flat ring over tcp) and with 2 per namespace
+# (shared memory inside a namespace: the hierarchical allreduce), then with UCX=1 tandem over
+# UCX's tcp transport (1 rank per namespace), then Open MPI's TCP btl (and with UCX=1 its UCX
+# pml over UCX's tcp) with 1 rank per namespace when mpicc/mpirun are installed, and tears
+# everything down.
 #
 #   bench/netns/run.sh                              # 1 MiB .. 256 MiB x2, 10 iterations
 #   MIN=32M MAX=256M ITERS=5 RATE=10gbit MTU=9000 STREAMS="1 2 4" bench/netns/run.sh
+#   MIN=32M MAX=128M PPN=1 UCX=1 RATE=none bench/netns/run.sh   # tandem tcp / UCX, Open MPI
 #
 # STREAMS: the TANDEM_SOCKETS_PER_PEER values to run (1 rank per namespace; default: the
 # built-in default only). PPN: ranks per namespace for the tandem runs (default "1 2").
@@ -28,6 +31,7 @@ PPN=${PPN:-"1 2"}
 STREAMS=${STREAMS:-default}
 OUT=${OUT:-$BUILD_DIR/bench-netns}
 PORT=${PORT:-29517}
+UCX=${UCX:-0}
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "run.sh: network namespaces need root" >&2
@@ -68,7 +72,9 @@ for side in a b; do
   ip -n "${!ns}" link set tdm0 up
   # Both directions at RATE; a burst of 1 MB so the shaper itself does not cost throughput,
   # and at most 10 ms of queue before it drops.
-  tc -n "${!ns}" qdisc add dev tdm0 root tbf rate "$RATE" burst 1mb latency 10ms
+  if [ "$RATE" != none ]; then
+    tc -n "${!ns}" qdisc add dev tdm0 root tbf rate "$RATE" burst 1mb latency 10ms
+  fi
 done
 
 mkdir -p "$OUT"
@@ -109,6 +115,11 @@ for ppn in $PPN; do
     fi
   done
 done
+if [ "$UCX" = 1 ]; then
+  # UCX's tcp transport on the veth (no RDMA device here).
+  run_tandem 1 tandem-ucx-ppn1 TANDEM_DEBUG=WARN TANDEM_TRANSPORT=ucx UCX_TLS=tcp \
+    UCX_NET_DEVICES=tdm0
+fi
 
 if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
   mpicc -O2 -std=c11 -o "$OUT/mpi_bench" "$repo/bench/openmpi/mpi_bench.c"
@@ -139,9 +150,22 @@ EOF
     echo "run.sh: Open MPI failed across the namespaces (output in $OUT/mpi-tcp.txt):"
     tail -5 "$OUT/mpi-tcp.txt"
   fi
+  if [ "$UCX" = 1 ]; then
+    echo "== Open MPI, ucx pml (UCX's tcp), 1 rank per namespace"
+    if mpirun --allow-run-as-root -np 2 --bind-to none --oversubscribe --mca pml ucx \
+      -x UCX_TLS=tcp -x UCX_NET_DEVICES=tdm0 \
+      "$OUT/in_ns.sh" "$OUT/mpi_bench" "${args[@]}" > "$OUT/mpi-ucx.txt" 2>&1; then
+      cat "$OUT/mpi-ucx.txt"
+    else
+      echo "run.sh: Open MPI over UCX failed across the namespaces (output in $OUT/mpi-ucx.txt):"
+      tail -5 "$OUT/mpi-ucx.txt"
+    fi
+  fi
 else
   echo "run.sh: Open MPI is not installed: skipped (apt-get install openmpi-bin libopenmpi-dev)"
 fi
-for ns in "$ns_a" "$ns_b"; do
-  echo "run.sh: tbf in $ns: $(tc -n "$ns" -s qdisc show dev tdm0 | grep -o 'dropped [0-9]*')"
-done
+if [ "$RATE" != none ]; then
+  for ns in "$ns_a" "$ns_b"; do
+    echo "run.sh: tbf in $ns: $(tc -n "$ns" -s qdisc show dev tdm0 | grep -o 'dropped [0-9]*')"
+  done
+fi

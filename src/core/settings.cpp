@@ -70,6 +70,9 @@ constexpr std::array kSettings{
             "part per rank, merged by tandemrun); empty: off."},
     Setting{"TANDEM_TRACE_EVENTS", integer, "100000",
             "Timeline: the last events kept per communicator and per Reducer."},
+    Setting{"TANDEM_TRANSPORT", string, "auto",
+            "Between hosts: ucx (UCX: InfiniBand, RoCE, or its tcp), tcp (tandem's own), auto "
+            "(UCX where the host has an RDMA device and the build has UCX)."},
     Setting{"TANDEM_TUNING_FILE", string, "",
             "Tuning file written by tandem-perf --tune: the algorithm per collective and size "
             "measured for this world size, host count and transport."},

@@ -19,7 +19,7 @@
 namespace tandem::transport {
 namespace {
 
-constexpr std::string_view kRecordVersion = "tandem-addr-1";
+constexpr std::string_view kRecordVersion = "tandem-addr-2";
 
 std::vector<std::string_view> split_lines(std::string_view text) {
   std::vector<std::string_view> out;
@@ -43,8 +43,9 @@ bool parse_int(std::string_view s, T& out) {
 }  // namespace
 
 std::string encode_record(const RankRecord& r) {
-  return fmt::format("{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}", kRecordVersion, r.address, r.port,
-                     r.info.host, r.info.host_id, r.info.pid, r.shm_disable ? 1 : 0, r.streams);
+  return fmt::format("{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}", kRecordVersion, r.address, r.port,
+                     r.info.host, r.info.host_id, r.info.pid, r.shm_disable ? 1 : 0, r.streams,
+                     r.ucx);
 }
 
 RankRecord decode_record(std::string_view text, int rank) {
@@ -52,7 +53,7 @@ RankRecord decode_record(std::string_view text, int rank) {
   RankRecord r;
   r.info.rank = rank;
   int shm_disable = 0;
-  const bool ok = f.size() == 8 && f[0] == kRecordVersion && !f[1].empty() &&
+  const bool ok = f.size() == 9 && f[0] == kRecordVersion && !f[1].empty() &&
                   parse_int(f[2], r.port) && parse_int(f[5], r.info.pid) &&
                   parse_int(f[6], shm_disable) && parse_int(f[7], r.streams) && r.streams >= 1;
   if (!ok)
@@ -64,6 +65,7 @@ RankRecord decode_record(std::string_view text, int rank) {
   r.info.host = f[3];
   r.info.host_id = f[4];
   r.shm_disable = shm_disable != 0;
+  r.ucx = f[8];
   return r;
 }
 

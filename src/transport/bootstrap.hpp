@@ -30,6 +30,7 @@ struct RankRecord {
   std::uint16_t port = 0;
   bool shm_disable = false;
   int streams = 1;  ///< its TANDEM_SOCKETS_PER_PEER
+  std::string ucx;  ///< its UCX worker address in hex, empty when it does not offer UCX
 };
 
 std::string encode_record(const RankRecord& r);

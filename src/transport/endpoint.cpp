@@ -31,6 +31,8 @@ std::string_view to_string(Link l) noexcept {
       return "shm";
     case Link::tcp:
       return "tcp";
+    case Link::ucx:
+      return "ucx";
   }
   return "?";
 }

@@ -107,13 +107,17 @@ class Endpoint {
   /// Moves whatever can move without blocking; true when anything moved. Throws Error on a
   /// mismatch, a protocol violation or a lost peer.
   virtual bool progress() = 0;
+  /// Before a normal close: delivers to the peer what completed sends left in flight (a
+  /// transport whose sends complete before the peer has the data), until `deadline`.
+  virtual void flush(Deadline /*deadline*/) noexcept {}
   /// Forgets every pending request: they are never touched again (the mesh is poisoned).
   virtual void drop() noexcept {
     sends_.clear();
     recvs_.clear();
   }
-  /// The sockets to poll() while blocked, and for what (tcp only).
-  virtual void add_poll_fds(std::vector<pollfd>& /*out*/) const {}
+  /// The file descriptors to poll() while blocked, and for what (tcp, ucx). True: events are
+  /// pending already, progress again instead of sleeping.
+  virtual bool add_poll_fds(std::vector<pollfd>& /*out*/) const { return false; }
 
   bool busy() const noexcept { return !sends_.empty() || !recvs_.empty(); }
   const RequestQueue& sends() const noexcept { return sends_; }

@@ -118,6 +118,12 @@ void MeshImpl::close() noexcept {
     std::lock_guard lock(mu_);
     if (!told_peers_) {
       told_peers_ = true;
+      if (!error_) {
+        // What the peers were sent reaches them before the goodbye does.
+        const Deadline deadline = deadline_in(kFlushBound);
+        for (auto& ep : endpoints_)
+          if (ep) ep->flush(deadline);
+      }
       for (Control& c : controls_) {
         if (error_)
           c.send_abort(code_, message_);

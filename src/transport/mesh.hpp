@@ -98,7 +98,7 @@ struct Request {
 };
 
 /// Which transport a peer is reached through.
-enum class Link : std::uint8_t { self, shm, tcp };
+enum class Link : std::uint8_t { self, shm, tcp, ucx };
 std::string_view to_string(Link l) noexcept;
 
 /// Where a rank lives (published through the store at connection time).
@@ -157,8 +157,14 @@ class Mesh {
 };
 
 /// Options of a Mesh, normally filled from TANDEM_* settings by the communicator.
+/// How ranks on different hosts (and on one host without shared memory) are connected:
+/// TANDEM_TRANSPORT. UCX is used between two ranks when both offer it: with `ucx`, or with
+/// `automatic` when the host has an RDMA device and the build has UCX.
+enum class NetTransport : std::uint8_t { automatic, tcp, ucx };
+
 struct MeshOptions {
-  bool shm_disable = false;   ///< TANDEM_SHM_DISABLE
+  bool shm_disable = false;                          ///< TANDEM_SHM_DISABLE
+  NetTransport transport = NetTransport::automatic;  ///< TANDEM_TRANSPORT
   std::string socket_ifname;  ///< interfaces to listen on, NCCL's syntax (empty: auto)
   /// Where socket_ifname came from: TANDEM_SOCKET_IFNAME, else NCCL_SOCKET_IFNAME, else
   /// GLOO_SOCKET_IFNAME (named in messages and at TANDEM_DEBUG=INFO).
@@ -182,7 +188,8 @@ inline constexpr auto kLivenessPoll = std::chrono::milliseconds(250);
 
 /// Connects `rank` to every other rank of the group through `store` (whose keys must
 /// already be namespaced for this communicator), choosing shm for peers on the same host
-/// and tcp otherwise. Blocks until every link is up or the timeout passes.
+/// and tcp or ucx (MeshOptions::transport) otherwise. Blocks until every link is up or the timeout
+/// passes.
 std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
                                    const MeshOptions& options);
 

@@ -5,6 +5,8 @@
 #include "transport/mesh_impl.hpp"
 #include "transport/tcp/context.hpp"
 #include "transport/tcp/wire.hpp"
+#include "transport/ucx/context.hpp"
+#include "transport/ucx/wire.hpp"
 
 #include <tandem/log.hpp>
 #include <tandem/settings.hpp>
@@ -69,6 +71,14 @@ std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
                                               std::vector<Link>{Link::self});
   }
 
+  // UCX: offered when asked for, or (auto) where an RDMA device makes it worth it.
+  std::shared_ptr<ucx::Context> ucx;
+  if (options.transport == NetTransport::ucx || (options.transport == NetTransport::automatic &&
+                                                 ucx::available() && ucx::rdma_device_present())) {
+    ucx = ucx::Context::create(rank);
+    self.ucx = ucx::to_hex(ucx->address());
+  }
+
   testing::setup_step("start");
   tcp::Context tcp(rank, size,
                    choose_listen_address(options.socket_ifname, options.socket_ifname_source),
@@ -88,7 +98,7 @@ std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
   std::vector<Link> links(n, Link::tcp);
   std::vector<PeerInfo> peers(n);
   std::vector<tcp::Target> targets(n);
-  std::vector<int> local, remote;
+  std::vector<int> local, remote, over_ucx;
   for (int p = 0; p < size; ++p) {
     const RankRecord& r = records[static_cast<std::size_t>(p)];
     peers[static_cast<std::size_t>(p)] = r.info;
@@ -98,10 +108,19 @@ std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
     }
     const bool same_host = r.info.host_id == self.info.host_id;
     const bool shm = same_host && !options.shm_disable && !r.shm_disable;
-    links[static_cast<std::size_t>(p)] = shm ? Link::shm : Link::tcp;
-    (shm ? local : remote).push_back(p);
-    targets[static_cast<std::size_t>(p)] =
-        tcp::Target{r.address, r.port, shm ? 0 : std::min(self.streams, r.streams), same_host};
+    const bool use_ucx = !shm && ucx != nullptr && !r.ucx.empty();
+    if (!shm && ucx != nullptr && r.ucx.empty() && options.transport == NetTransport::ucx) {
+      TANDEM_WARN(init,
+                  "rank {}: TANDEM_TRANSPORT=ucx, but rank {} ({}) does not offer UCX (its "
+                  "TANDEM_TRANSPORT is tcp, or auto without an RDMA device, or its tandem has "
+                  "no UCX): tcp to it. Give every rank the same TANDEM_TRANSPORT",
+                  rank, p, r.info.host);
+    }
+    links[static_cast<std::size_t>(p)] = shm ? Link::shm : use_ucx ? Link::ucx : Link::tcp;
+    (shm ? local : use_ucx ? over_ucx : remote).push_back(p);
+    // A peer over shm or UCX gets a control connection only (liveness, goodbyes).
+    targets[static_cast<std::size_t>(p)] = tcp::Target{
+        r.address, r.port, shm || use_ucx ? 0 : std::min(self.streams, r.streams), same_host};
   }
 
   auto mesh = std::make_unique<detail::MeshImpl>(rank, options, peers, links);
@@ -124,21 +143,37 @@ std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
   }
 
   auto sockets = tcp.connect_all(targets, deadline, options.check_peers);
+  std::string ucx_lanes;
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
     auto& s = sockets[static_cast<std::size_t>(p)];
-    auto ep = links[static_cast<std::size_t>(p)] == Link::shm
-                  ? shm->make_endpoint(p, mesh->failures())
-                  : tcp.make_endpoint(p, std::move(s.data), mesh->failures());
+    std::unique_ptr<Endpoint> ep;
+    switch (links[static_cast<std::size_t>(p)]) {
+      case Link::shm:
+        ep = shm->make_endpoint(p, mesh->failures());
+        break;
+      case Link::ucx: {
+        const auto address = ucx::from_hex(records[static_cast<std::size_t>(p)].ucx);
+        if (!address)
+          TANDEM_THROW(ErrorCode::Internal, "rank {} published a malformed UCX address", p);
+        ep = ucx->make_endpoint(p, *address, mesh->failures());
+        ucx_lanes +=
+            fmt::format("{}{} via {}", ucx_lanes.empty() ? "" : ", ", p, ucx::describe(*ep));
+        break;
+      }
+      default:
+        ep = tcp.make_endpoint(p, std::move(s.data), mesh->failures());
+        break;
+    }
     mesh->attach(p, Control(std::move(s.control)), std::move(ep));
   }
   if (shm) mesh->adopt_shm(std::move(shm), local);
   testing::setup_step("connected");
   TANDEM_INFO(init,
               "rank {}/{} connected in {:.1f} ms: shm to [{}], tcp to [{}] ({} stream(s) each), "
-              "listening on {}",
+              "ucx to [{}], listening on {}",
               rank, size, std::chrono::duration<double, std::milli>(Clock::now() - start).count(),
-              fmt::join(local, ","), fmt::join(remote, ","), options.sockets_per_peer,
+              fmt::join(local, ","), fmt::join(remote, ","), options.sockets_per_peer, ucx_lanes,
               net::format_host_port(tcp.address(), tcp.port()));
   return mesh;
 }

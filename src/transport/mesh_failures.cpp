@@ -60,8 +60,9 @@ bool MeshImpl::check_left_peers() {
       if (!ep->busy() ||
           controls_[static_cast<std::size_t>(ep->peer())].state() != Control::State::left)
         continue;
-      // Over tcp, data may still be in flight behind the BYE: its end of file decides.
-      if (ep->link() == Link::tcp && ep->sends().empty()) continue;
+      // Over a network, data may still be in flight behind the BYE: its end of file (tcp) or
+      // UCX's error report decides.
+      if (ep->link() != Link::shm && ep->sends().empty()) continue;
       return ep;
     }
     return nullptr;

@@ -41,6 +41,8 @@ inline constexpr auto kSlice = 50ms;
 inline constexpr auto kMixedSlice = 1ms;
 // While data keeps moving (no blocking), the control sockets are still read this often.
 inline constexpr auto kControlPeriod = 1ms;
+/// How long a normal close waits for the peers to have what this rank sent (UCX).
+inline constexpr auto kFlushBound = 10s;
 // After a data connection closes, how long to wait for the control connection to say why.
 inline constexpr auto kCloseGrace = 200ms;
 

@@ -120,8 +120,10 @@ void MeshImpl::block(Deadline deadline) {
   for (const Control& c : controls_)
     if (c.watched()) pfds_.push_back({c.fd(), POLLIN | POLLRDHUP, 0});
   const std::size_t n_controls = pfds_.size();
+  bool ready = false;
   for (const Endpoint* ep : active_)
-    if (ep->busy()) ep->add_poll_fds(pfds_);
+    if (ep->busy()) ready = ep->add_poll_fds(pfds_) || ready;
+  if (ready) return;
   const int rc = ::poll(pfds_.data(), pfds_.size(), poll_ms(shm_busy ? kMixedSlice : slice));
   if (rc < 0 && errno != EINTR)
     TANDEM_THROW(ErrorCode::Io, "poll() failed while waiting for peers: {}", errno_text(errno));

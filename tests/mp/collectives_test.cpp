@@ -37,7 +37,9 @@ TEST_P(Collectives, MatchReferenceOnEveryRank) {
         ASSERT_EQ(comm->rank(), ctx.rank);
         ASSERT_EQ(comm->size(), ctx.size);
         for (int p = 0; p < ctx.size; ++p) {
-          const std::string want = p == ctx.rank ? "self" : transport;
+          const std::string want = p == ctx.rank                  ? "self"
+                                   : transport.starts_with("ucx") ? "ucx"
+                                                                  : transport;
           EXPECT_EQ(comm->transport_to(p), want) << "peer " << p;
         }
         EXPECT_EQ(comm->local_size(), ctx.size);
@@ -68,6 +70,15 @@ INSTANTIATE_TEST_SUITE_P(RealTransports, Collectives,
                          ::testing::Combine(::testing::Values("shm", "tcp"),
                                             ::testing::Values(2, 3, 4, 5)),
                          config_name);
+
+#if TANDEM_HAVE_UCX
+// UCX between ranks of one host: its shared-memory transports ("ucx"), and its tcp
+// transport on loopback ("ucx_tcp", UCX_TLS=tcp: what it uses between hosts without RDMA).
+INSTANTIATE_TEST_SUITE_P(Ucx, Collectives,
+                         ::testing::Combine(::testing::Values("ucx", "ucx_tcp"),
+                                            ::testing::Values(2, 3, 5)),
+                         config_name);
+#endif
 
 }  // namespace
 }  // namespace tandem::mptest

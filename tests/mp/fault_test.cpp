@@ -346,6 +346,9 @@ TEST_P(Fault, DestroyWithPendingAsyncWorkFailsItWithAborted) {
 }
 
 INSTANTIATE_TEST_SUITE_P(RealTransports, Fault, ::testing::Values("shm", "tcp"), transport_name);
+#if TANDEM_HAVE_UCX
+INSTANTIATE_TEST_SUITE_P(Ucx, Fault, ::testing::Values("ucx", "ucx_tcp"), transport_name);
+#endif
 
 // ---- invalid arguments: thrown on the calling thread; the peers never see a message -----
 
@@ -450,6 +453,14 @@ TEST(InvalidArguments, CreateRejectsBadRankSizeAndAlgorithm) {
   EXPECT_EQ(comm->size(), 1);
   o.timeout = std::chrono::milliseconds(0);
   expect_invalid([&] { Communicator::create(store, 0, 1, o); }, "timeout must be positive");
+}
+
+TEST(InvalidArguments, UnknownTransportIsNamedWithTheChoices) {
+  auto store = std::make_shared<store::HashStore>();
+  ::setenv("TANDEM_TRANSPORT", "rdma", 1);
+  expect_invalid([&] { Communicator::create(store, 0, 1); },
+                 "TANDEM_TRANSPORT=\"rdma\": use ucx, tcp or auto");
+  ::unsetenv("TANDEM_TRANSPORT");
 }
 
 }  // namespace

@@ -21,8 +21,13 @@ testing::RunOptions run_options(std::string_view transport, std::vector<std::str
                                 std::chrono::seconds timeout) {
   testing::RunOptions o;
   o.timeout = timeout;
+  // "ucx": UCX between the ranks of this host (its shared-memory transports); "ucx_tcp":
+  // UCX over its tcp transport only (UCX_TLS=tcp), on loopback.
+  const bool ucx = transport.starts_with("ucx");
   o.env = {"TANDEM_TIMEOUT=60",
-           "TANDEM_SHM_DISABLE=" + std::string(transport == "tcp" ? "1" : "0")};
+           "TANDEM_SHM_DISABLE=" + std::string(transport == "tcp" || ucx ? "1" : "0"),
+           "TANDEM_TRANSPORT=" + std::string(ucx ? "ucx" : "tcp")};
+  if (transport == "ucx_tcp") o.env.emplace_back("UCX_TLS=tcp");
   for (auto& e : extra) o.env.push_back(std::move(e));
   return o;
 }

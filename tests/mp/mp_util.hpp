@@ -18,7 +18,8 @@
 
 namespace tandem::mptest {
 
-/// Options for run_ranks: "shm" or "tcp" (TANDEM_SHM_DISABLE=1), a short TANDEM_TIMEOUT so a
+/// Options for run_ranks: "shm", "tcp" (TANDEM_SHM_DISABLE=1), "ucx" or "ucx_tcp" (UCX, its
+/// shared memory or its tcp; see mp_util.cpp), a short TANDEM_TIMEOUT so a
 /// bug fails instead of hanging, plus `extra` variables.
 testing::RunOptions run_options(std::string_view transport, std::vector<std::string> extra = {},
                                 std::chrono::seconds timeout = std::chrono::seconds(180));

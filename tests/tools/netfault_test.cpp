@@ -113,6 +113,8 @@ class NetFault : public ::testing::Test {
     return true;
   }
 
+  void link_cut_mid_allreduce(std::vector<std::string> env);
+
   std::unique_ptr<NetnsPair> pair_;
   std::string marker_;
 };
@@ -128,10 +130,10 @@ std::map<int, std::string> worker_errors(const std::string& text) {
   return m;
 }
 
-TEST_F(NetFault, LinkCutMidAllreduceFailsEveryRankWithPeerLostNamingTheRankAcrossIt) {
-  // One rank per node: the ring crosses the link both ways. The tandemruns' heartbeat would
-  // notice the cut first (a node silent for 5 intervals is lost) and stop the workers; with
-  // 30 s intervals the workers' own detection is what is tested.
+// One rank per node: the ring crosses the link both ways. The tandemruns' heartbeat would
+// notice the cut first (a node silent for 5 intervals is lost) and stop the workers; with 30 s
+// intervals the workers' own detection is what is tested. `env`: the transport's settings.
+void NetFault::link_cut_mid_allreduce(std::vector<std::string> env) {
   const std::vector<std::string> args{"--nproc-per-node",
                                       "1",
                                       "--monitor-interval",
@@ -149,7 +151,7 @@ TEST_F(NetFault, LinkCutMidAllreduceFailsEveryRankWithPeerLostNamingTheRankAcros
                                       "1000000",
                                       "-w",
                                       "1"};
-  const std::vector<std::string> env{"TANDEM_TIMEOUT=60"};
+  env.emplace_back("TANDEM_TIMEOUT=60");
   auto a = node(0, args, env);
   auto b = node(1, args, env);
   ASSERT_TRUE(a->wait_for([](const std::string& out,
@@ -202,6 +204,62 @@ TEST_F(NetFault, LinkCutMidAllreduceFailsEveryRankWithPeerLostNamingTheRankAcros
         << r.err;
   }
 }
+
+TEST_F(NetFault, LinkCutMidAllreduceFailsEveryRankWithPeerLostNamingTheRankAcrossIt) {
+  link_cut_mid_allreduce({});
+}
+
+#if TANDEM_HAVE_UCX
+// The same over UCX's tcp transport: UCX moves the data, tandem's control connection still
+// watches the peer, so the cut is named as on tandem's own tcp.
+TEST_F(NetFault, LinkCutMidAllreduceOverUcxFailsEveryRankWithPeerLost) {
+  link_cut_mid_allreduce({"TANDEM_TRANSPORT=ucx", "UCX_TLS=tcp"});
+}
+
+// Every collective between the two hosts over UCX (its tcp transport: no RDMA here), two ranks
+// per host (shared memory inside a host, UCX across), every result checked.
+TEST_F(NetFault, EveryCollectiveOverUcxBetweenHostsIsExact) {
+  for (const char* collective : {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter",
+                                 "alltoall", "sendrecv", "barrier"}) {
+    const std::vector<std::string> args{"--nproc-per-node",
+                                        "2",
+                                        tandem_perf_path(),
+                                        "-c",
+                                        collective,
+                                        "-b",
+                                        "8",
+                                        "-e",
+                                        "4M",
+                                        "-f",
+                                        "16",
+                                        "-n",
+                                        "3",
+                                        "-w",
+                                        "1",
+                                        "-d",
+                                        "all"};
+    const std::vector<std::string> env{"TANDEM_TIMEOUT=60", "TANDEM_TRANSPORT=ucx", "UCX_TLS=tcp",
+                                       "TANDEM_DEBUG=INFO"};
+    auto a = node(0, args, env);
+    auto b = node(1, args, env);
+    const auto ra = a->wait(kExit);
+    const auto rb = b->wait(kExit);
+    ASSERT_FALSE(ra.timed_out || rb.timed_out) << collective << ra.out << ra.err;
+    EXPECT_EQ(ra.exit_code, 0) << collective << "\n" << ra.out << ra.err << rb.out << rb.err;
+    EXPECT_EQ(rb.exit_code, 0) << collective << "\n" << rb.out << rb.err;
+    EXPECT_NE(ra.out.find("Out of bounds values : 0 OK"), std::string::npos) << collective << "\n"
+                                                                             << ra.out;
+    EXPECT_NE(ra.out.find("shm to 1 peer(s) (1); ucx to 2 peer(s) (2,3)"), std::string::npos)
+        << collective << "\n"
+        << ra.out;
+    // TANDEM_DEBUG=INFO names UCX's transport and device per peer.
+    EXPECT_NE(
+        ra.err.find(fmt::format("ucx to [2 via tcp/{0}, 3 via tcp/{0}]", NetnsPair::ifname())),
+        std::string::npos)
+        << ra.err;
+  }
+}
+#endif
 
 TEST_F(NetFault, LinkCutIsNoticedByTheTandemrunOfEachNode) {
   const std::vector<std::string> args{"--nproc-per-node",

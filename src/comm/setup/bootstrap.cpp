@@ -40,6 +40,17 @@ constexpr std::size_t kScratchReserve = 256u << 10;
 transport::MeshOptions mesh_options(const CommOptions& o, std::chrono::milliseconds timeout) {
   transport::MeshOptions m;
   m.shm_disable = o.shm_disable ? *o.shm_disable : settings::get_bool("TANDEM_SHM_DISABLE");
+  const std::string transport = settings::get_string("TANDEM_TRANSPORT");
+  if (transport == "ucx") {
+    m.transport = transport::NetTransport::ucx;
+  } else if (transport == "tcp") {
+    m.transport = transport::NetTransport::tcp;
+  } else {
+    TANDEM_CHECK_ARG(transport == "auto" || transport.empty(),
+                     "TANDEM_TRANSPORT={:?}: use ucx, tcp or auto (UCX where an RDMA device is, "
+                     "tcp elsewhere)",
+                     transport);
+  }
   const transport::IfnameSetting ifname = transport::socket_ifname_setting();
   m.socket_ifname = ifname.list;
   m.socket_ifname_source = ifname.variable;
@@ -88,7 +99,7 @@ void log_summary(const Communicator::Impl& impl) {
   if (!log::enabled(log::Level::info, log::Subsys::init)) return;
   std::string links;
   if (impl.mesh) {
-    for (auto link : {transport::Link::shm, transport::Link::tcp}) {
+    for (auto link : {transport::Link::shm, transport::Link::tcp, transport::Link::ucx}) {
       std::vector<int> ranks;
       for (int r = 0; r < impl.id.size; ++r)
         if (r != impl.id.rank && impl.mesh->link(r) == link) ranks.push_back(r);

@@ -238,7 +238,7 @@ void Endpoint::drop() noexcept {
   }
 }
 
-void Endpoint::add_poll_fds(std::vector<pollfd>& out) const {
+bool Endpoint::add_poll_fds(std::vector<pollfd>& out) const {
   for (const Stream& s : streams_) {
     short ev = 0;
     if (s.want_write && s.send_cur != nullptr) ev |= POLLOUT;
@@ -246,6 +246,7 @@ void Endpoint::add_poll_fds(std::vector<pollfd>& out) const {
       ev |= POLLIN;
     if (ev != 0) out.push_back({s.fd.get(), ev, 0});
   }
+  return false;
 }
 
 void Endpoint::closed(const Stream& s, int err) {

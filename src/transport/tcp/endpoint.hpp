@@ -43,7 +43,7 @@ class Endpoint final : public transport::Endpoint {
   Link link() const noexcept override { return Link::tcp; }
   bool progress() override;
   void drop() noexcept override;
-  void add_poll_fds(std::vector<pollfd>& out) const override;
+  bool add_poll_fds(std::vector<pollfd>& out) const override;
 
  private:
   struct Stream {

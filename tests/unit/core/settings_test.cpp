@@ -181,6 +181,7 @@ TEST(Settings, DeclaresExactlyTheDocumentedNamesTypesAndDefaults) {
       {"TANDEM_PYTHON", {Type::string, ""}},
       {"TANDEM_TRACE", {Type::string, ""}},
       {"TANDEM_TRACE_EVENTS", {Type::integer, "100000"}},
+      {"TANDEM_TRANSPORT", {Type::string, "auto"}},
       {"TANDEM_TUNING_FILE", {Type::string, ""}},
   };
   std::map<std::string, std::pair<Type, std::string>> got;

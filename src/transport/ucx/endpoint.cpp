@@ -1,0 +1,251 @@
+#include "transport/ucx/endpoint.hpp"
+
+#include "core/reduce.hpp"
+
+#include <tandem/error.hpp>
+#include <tandem/log.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace tandem::transport::ucx {
+namespace {
+
+// Worker progress calls per progress() at most: each moves what is ready and returns.
+constexpr int kProgressCalls = 16;
+
+std::string ep_lanes(ucp_ep_h ep) {
+  char* text = nullptr;
+  std::size_t size = 0;
+  FILE* f = ::open_memstream(&text, &size);
+  if (f == nullptr) return {};
+  ::ucp_ep_print_info(ep, f);
+  std::fclose(f);
+  std::string lanes = summarize_lanes(std::string_view(text, size));
+  std::free(text);
+  return lanes;
+}
+
+}  // namespace
+
+Endpoint::Endpoint(int peer, PeerFailureHandler& failures, std::shared_ptr<Context> context,
+                   const std::string& peer_address)
+    : transport::Endpoint(peer, failures), context_(std::move(context)) {
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.address = reinterpret_cast<const ucp_address_t*>(peer_address.data());
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler.cb = &Endpoint::failed;
+  params.err_handler.arg = this;
+  const ucs_status_t s = ::ucp_ep_create(context_->state().worker, &params, &ep_);
+  if (s != UCS_OK) {
+    TANDEM_THROW(ErrorCode::Io, "UCX could not connect rank {} to rank {}: {}", context_->rank(),
+                 peer, ::ucs_status_string(s));
+  }
+  lanes_ = ep_lanes(ep_);
+}
+
+Endpoint::~Endpoint() {
+  cancel_all();
+  if (ep_ == nullptr) return;
+  // The mesh closes only after every request completed and the peers said goodbye: nothing
+  // is in flight, so a forced close loses nothing and never waits for the peer.
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  void* req = ::ucp_ep_close_nbx(ep_, &p);
+  if (UCS_PTR_IS_PTR(req)) {
+    for (int i = 0; i < 1000 && ::ucp_request_check_status(req) == UCS_INPROGRESS; ++i)
+      ::ucp_worker_progress(context_->state().worker);
+    ::ucp_request_free(req);
+  }
+}
+
+void Endpoint::failed(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* self = static_cast<Endpoint*>(arg);
+  if (self->error_ == UCS_OK) self->error_ = status;
+}
+
+void Endpoint::sent(void* /*request*/, ucs_status_t status, void* user_data) {
+  auto* op = static_cast<Op*>(user_data);
+  op->status = status;
+  op->done = true;
+}
+
+void Endpoint::received(void* /*request*/, ucs_status_t status, const ucp_tag_recv_info_t* /*info*/,
+                        void* user_data) {
+  auto* op = static_cast<Op*>(user_data);
+  op->status = status;
+  op->done = true;
+}
+
+void Endpoint::on_post(Request& r) {
+  check_error();
+  const bool send = r.kind == RequestKind::send;
+  Op& op = (send ? send_ops_ : recv_ops_).emplace_back();
+  op.r = &r;
+  ucp_request_param_t p{};
+  p.op_attr_mask =
+      UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.datatype = ucp_dt_make_iov();
+  p.user_data = &op;
+  op.iov[0] = {&op.header, sizeof op.header};
+  const std::size_t parts = r.bytes > 0 ? 2 : 1;
+  ucs_status_ptr_t h = nullptr;
+  if (send) {
+    op.header = Header{r.tag, kHeaderMagic, r.bytes};
+    op.iov[1] = {const_cast<void*>(r.src), r.bytes};
+    p.cb.send = &Endpoint::sent;
+    h = ::ucp_tag_send_nbx(ep_, op.iov, parts, make_tag(context_->rank(), send_seq_++), &p);
+  } else {
+    void* into = r.dst;
+    if (r.kind == RequestKind::recv_reduce) {
+      if (!spare_stages_.empty()) {
+        op.stage = std::move(spare_stages_.back());
+        spare_stages_.pop_back();
+      }
+      op.stage.resize(r.bytes);
+      into = op.stage.data();
+    }
+    op.iov[1] = {into, r.bytes};
+    ucp_tag_recv_info_t info{};
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_RECV_INFO;
+    p.recv_info.tag_info = &info;
+    p.cb.recv = &Endpoint::received;
+    h = ::ucp_tag_recv_nbx(context_->state().worker, op.iov, parts, make_tag(peer_, recv_seq_++),
+                           ~ucp_tag_t{0}, &p);
+  }
+  if (UCS_PTR_IS_ERR(h)) {
+    op.status = UCS_PTR_STATUS(h);
+    op.done = true;
+  } else if (h == nullptr) {
+    op.done = true;
+  } else {
+    op.handle = h;
+  }
+}
+
+void Endpoint::check_error() {
+  if (error_ == UCS_OK) return;
+  failures_.peer_closed(peer_, fmt::format("UCX reported {} on the endpoint to rank {} ({})",
+                                           ::ucs_status_string(error_), peer_, lanes_));
+}
+
+bool Endpoint::progress() {
+  for (int i = 0; i < kProgressCalls && ::ucp_worker_progress(context_->state().worker) != 0; ++i) {
+  }
+  // What arrived before the peer's endpoint went away is delivered first.
+  const bool sent_any = retire_sends();
+  const bool received_any = retire_recvs();
+  if (busy()) check_error();
+  return sent_any || received_any;
+}
+
+bool Endpoint::retire_sends() {
+  bool moved = false;
+  while (!send_ops_.empty() && send_ops_.front().done) {
+    Op& op = send_ops_.front();
+    if (op.handle != nullptr) ::ucp_request_free(op.handle);
+    const ucs_status_t status = op.status;
+    Request* r = sends_.pop();
+    send_ops_.pop_front();
+    if (status != UCS_OK) {
+      failures_.peer_closed(
+          peer_, fmt::format("a UCX send of {} bytes to rank {} failed: {} ({})", r->bytes, peer_,
+                             ::ucs_status_string(status), lanes_));
+    }
+    r->done = r->bytes;
+    r->complete = true;
+    moved = true;
+  }
+  return moved;
+}
+
+bool Endpoint::retire_recvs() {
+  bool moved = false;
+  while (!recv_ops_.empty() && recv_ops_.front().done) {
+    Op& op = recv_ops_.front();
+    if (op.handle != nullptr) {
+      ::ucp_request_free(op.handle);
+      op.handle = nullptr;
+    }
+    Request* r = recvs_.front();
+    // The sender's header says what it sent: a longer message does not fit (UCX truncates
+    // it), a shorter or differently tagged one is another call.
+    if (op.status == UCS_ERR_MESSAGE_TRUNCATED ||
+        (op.status == UCS_OK && (op.header.magic != kHeaderMagic || op.header.tag != r->tag ||
+                                 op.header.bytes != r->bytes))) {
+      if (op.header.magic != kHeaderMagic && op.status == UCS_OK)
+        throw_protocol(peer_, Link::ucx, "a UCX message without tandem's header");
+      throw_mismatch(*r, Link::ucx, op.header.tag, op.header.bytes);
+    }
+    if (op.status != UCS_OK) {
+      failures_.peer_closed(peer_, fmt::format("a UCX receive from rank {} failed: {} ({})", peer_,
+                                               ::ucs_status_string(op.status), lanes_));
+    }
+    if (r->kind == RequestKind::recv_reduce) {
+      const std::size_t es = dtype_size(r->dtype);
+      core::reduce(r->dst, r->src, op.stage.data(), r->bytes / es, r->dtype, r->op);
+      spare_stages_.push_back(std::move(op.stage));
+    }
+    recvs_.pop();
+    recv_ops_.pop_front();
+    r->done = r->bytes;
+    r->complete = true;
+    moved = true;
+  }
+  return moved;
+}
+
+void Endpoint::cancel_all() noexcept {
+  for (auto* ops : {&send_ops_, &recv_ops_}) {
+    for (Op& op : *ops) {
+      if (op.handle == nullptr) continue;
+      if (!op.done) ::ucp_request_cancel(context_->state().worker, op.handle);
+      ::ucp_request_free(op.handle);
+      op.handle = nullptr;
+    }
+    ops->clear();
+  }
+}
+
+void Endpoint::drop() noexcept {
+  // Receives are taken off UCX's matching lists, so nothing lands in the callers' buffers
+  // any more; sends still in flight are cut by closing the endpoint with force.
+  cancel_all();
+  if (ep_ != nullptr) {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void* req = ::ucp_ep_close_nbx(ep_, &p);
+    if (UCS_PTR_IS_PTR(req)) ::ucp_request_free(req);
+    ep_ = nullptr;
+  }
+  transport::Endpoint::drop();
+}
+
+void Endpoint::flush(Deadline deadline) noexcept {
+  // A UCX send completes when its buffer may be reused, not when the peer has it: closing
+  // right after could lose it. The flush completes once the peer has everything.
+  if (ep_ == nullptr || error_ != UCS_OK) return;
+  ucp_request_param_t p{};
+  void* req = ::ucp_ep_flush_nbx(ep_, &p);
+  if (!UCS_PTR_IS_PTR(req)) return;
+  while (::ucp_request_check_status(req) == UCS_INPROGRESS && Clock::now() < deadline)
+    ::ucp_worker_progress(context_->state().worker);
+  if (::ucp_request_check_status(req) == UCS_INPROGRESS)
+    ::ucp_request_cancel(context_->state().worker, req);
+  ::ucp_request_free(req);
+}
+
+bool Endpoint::add_poll_fds(std::vector<pollfd>& out) const {
+  // Armed, the worker's event fd wakes this rank for UCX's events; not armed (events are
+  // pending), the caller must progress again instead of sleeping.
+  const ucs_status_t s = ::ucp_worker_arm(context_->state().worker);
+  if (s == UCS_ERR_BUSY) return true;
+  out.push_back({context_->state().efd, POLLIN, 0});
+  return false;
+}
+
+}  // namespace tandem::transport::ucx

@@ -1,0 +1,75 @@
+#pragma once
+// One peer over UCX: each posted request is one tagged UCX operation, posted at once (UCX
+// orders and moves it); progress() drives the worker and retires the requests at the heads of
+// the queues as UCX completes them, checking each received header against its request.
+// Receives with a reduction land in a staging buffer and are reduced as they retire.
+
+#include "transport/endpoint.hpp"
+#include "transport/ucx/context.hpp"
+#include "transport/ucx/wire.hpp"
+
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <string>
+#include <ucp/api/ucp.h>
+#include <vector>
+
+namespace tandem::transport::ucx {
+
+struct Context::State {
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  int efd = -1;
+};
+
+class Endpoint final : public transport::Endpoint {
+ public:
+  /// Connects to the worker at `peer_address` (binary). Throws Error(Io) naming UCX's status.
+  Endpoint(int peer, PeerFailureHandler& failures, std::shared_ptr<Context> context,
+           const std::string& peer_address);
+  ~Endpoint() override;
+
+  Link link() const noexcept override { return Link::ucx; }
+  bool progress() override;
+  void drop() noexcept override;
+  bool add_poll_fds(std::vector<pollfd>& out) const override;
+  void flush(Deadline deadline) noexcept override;
+  /// "tcp/tdm0" (UCX's transports and devices to this peer).
+  const std::string& lanes() const noexcept { return lanes_; }
+
+ private:
+  /// One posted UCX operation; its address is the callback's user data (a deque keeps it
+  /// in place while later ones are added).
+  struct Op {
+    Request* r = nullptr;
+    void* handle = nullptr;  ///< UCX's request while in flight
+    bool done = false;
+    ucs_status_t status = UCS_OK;
+    Header header{};
+    ucp_dt_iov_t iov[2]{};
+    std::vector<std::byte> stage;  ///< recv_reduce: the incoming values
+  };
+
+  void on_post(Request& r) override;
+  bool retire_sends();
+  bool retire_recvs();
+  void check_error();
+  void cancel_all() noexcept;
+  static void sent(void* request, ucs_status_t status, void* user_data);
+  static void received(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                       void* user_data);
+  static void failed(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  std::shared_ptr<Context> context_;
+  ucp_ep_h ep_ = nullptr;
+  std::deque<Op> send_ops_;
+  std::deque<Op> recv_ops_;
+  std::vector<std::vector<std::byte>> spare_stages_;
+  std::uint64_t send_seq_ = 0;
+  std::uint64_t recv_seq_ = 0;
+  ucs_status_t error_ = UCS_OK;  ///< set by UCX's error handler
+  std::string lanes_;
+};
+
+}  // namespace tandem::transport::ucx
