@@ -24,6 +24,32 @@ std::string run_id(const std::vector<RankRecord>& records) {
   return id.empty() ? fmt::format("p{}", records[0].info.pid) : id;
 }
 
+// UCX connects lazily, as messages go; a peer that closes while a connection is still being
+// made can trip UCX 1.13's tcp transport. One message each way with every UCX peer now brings
+// every connection up before the mesh is used (the first message between two ranks, so it
+// matches the first receive on both sides).
+void ucx_handshake(Mesh& mesh, const std::vector<int>& peers, int rank, Deadline deadline) {
+  constexpr std::uint32_t kHandshakeTag = 0x55435848;  // "UCXH"
+  const auto me = static_cast<std::uint64_t>(rank);
+  std::vector<std::uint64_t> got(peers.size(), ~std::uint64_t{0});
+  std::vector<Request> requests;
+  requests.reserve(2 * peers.size());
+  for (std::size_t i = 0; i < peers.size(); ++i) {
+    requests.push_back(Request::make_recv(peers[i], kHandshakeTag, &got[i], sizeof got[i]));
+    requests.push_back(Request::make_send(peers[i], kHandshakeTag, &me, sizeof me));
+  }
+  std::vector<Request*> pending;
+  for (Request& r : requests) {
+    mesh.post(r);
+    pending.push_back(&r);
+  }
+  mesh.wait(pending, deadline);
+  for (std::size_t i = 0; i < peers.size(); ++i) {
+    if (got[i] != static_cast<std::uint64_t>(peers[i]))
+      throw_protocol(peers[i], Link::ucx, "its UCX handshake named another rank");
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<Mesh> make_mesh(int rank, std::vector<PeerInfo> peers,
@@ -168,6 +194,7 @@ std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
     mesh->attach(p, Control(std::move(s.control)), std::move(ep));
   }
   if (shm) mesh->adopt_shm(std::move(shm), local);
+  if (!over_ucx.empty()) ucx_handshake(*mesh, over_ucx, rank, deadline);
   testing::setup_step("connected");
   TANDEM_INFO(init,
               "rank {}/{} connected in {:.1f} ms: shm to [{}], tcp to [{}] ({} stream(s) each), "

@@ -73,10 +73,14 @@ void Endpoint::sent(void* /*request*/, ucs_status_t status, void* user_data) {
   op->done = true;
 }
 
-void Endpoint::received(void* /*request*/, ucs_status_t status, const ucp_tag_recv_info_t* /*info*/,
+void Endpoint::received(void* /*request*/, ucs_status_t status, const ucp_tag_recv_info_t* info,
                         void* user_data) {
   auto* op = static_cast<Op*>(user_data);
   op->status = status;
+  if (info != nullptr) {
+    op->sender_tag = info->sender_tag;
+    op->length = info->length;
+  }
   op->done = true;
 }
 
@@ -86,18 +90,12 @@ void Endpoint::on_post(Request& r) {
   Op& op = (send ? send_ops_ : recv_ops_).emplace_back();
   op.r = &r;
   ucp_request_param_t p{};
-  p.op_attr_mask =
-      UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  p.datatype = ucp_dt_make_iov();
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   p.user_data = &op;
-  op.iov[0] = {&op.header, sizeof op.header};
-  const std::size_t parts = r.bytes > 0 ? 2 : 1;
   ucs_status_ptr_t h = nullptr;
   if (send) {
-    op.header = Header{r.tag, kHeaderMagic, r.bytes};
-    op.iov[1] = {const_cast<void*>(r.src), r.bytes};
     p.cb.send = &Endpoint::sent;
-    h = ::ucp_tag_send_nbx(ep_, op.iov, parts, make_tag(context_->rank(), send_seq_++), &p);
+    h = ::ucp_tag_send_nbx(ep_, r.src, r.bytes, make_tag(context_->rank(), r.tag), &p);
   } else {
     void* into = r.dst;
     if (r.kind == RequestKind::recv_reduce) {
@@ -108,13 +106,13 @@ void Endpoint::on_post(Request& r) {
       op.stage.resize(r.bytes);
       into = op.stage.data();
     }
-    op.iov[1] = {into, r.bytes};
-    ucp_tag_recv_info_t info{};
-    p.op_attr_mask |= UCP_OP_ATTR_FIELD_RECV_INFO;
-    p.recv_info.tag_info = &info;
+    // Always through the callback: UCX 1.13 leaves recv_info unset when a receive completes
+    // at once, and the sender's tag and size are what the receive is checked against.
+    p.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     p.cb.recv = &Endpoint::received;
-    h = ::ucp_tag_recv_nbx(context_->state().worker, op.iov, parts, make_tag(peer_, recv_seq_++),
-                           ~ucp_tag_t{0}, &p);
+    // Any tag from this peer: the next message it sent, whatever call it belongs to.
+    h = ::ucp_tag_recv_nbx(context_->state().worker, into, r.bytes, make_tag(peer_, 0), kRankMask,
+                           &p);
   }
   if (UCS_PTR_IS_ERR(h)) {
     op.status = UCS_PTR_STATUS(h);
@@ -171,15 +169,18 @@ bool Endpoint::retire_recvs() {
       op.handle = nullptr;
     }
     Request* r = recvs_.front();
-    // The sender's header says what it sent: a longer message does not fit (UCX truncates
-    // it), a shorter or differently tagged one is another call.
-    if (op.status == UCS_ERR_MESSAGE_TRUNCATED ||
-        (op.status == UCS_OK && (op.header.magic != kHeaderMagic || op.header.tag != r->tag ||
-                                 op.header.bytes != r->bytes))) {
-      if (op.header.magic != kHeaderMagic && op.status == UCS_OK)
-        throw_protocol(peer_, Link::ucx, "a UCX message without tandem's header");
-      throw_mismatch(*r, Link::ucx, op.header.tag, op.header.bytes);
+    // A longer message does not fit (UCX truncates it); a shorter or differently tagged one
+    // belongs to another call.
+    if (op.status == UCS_ERR_MESSAGE_TRUNCATED) {
+      TANDEM_THROW(ErrorCode::Mismatch,
+                   "message mismatch with rank {} (ucx): this rank posted a {} of {} bytes with "
+                   "tag {:#010x}, rank {} sent a longer message (tag {:#010x}). The ranks are "
+                   "calling different collectives, or the same one with different sizes, dtypes "
+                   "or roots",
+                   peer_, to_string(r->kind), r->bytes, r->tag, peer_, tandem_tag(op.sender_tag));
     }
+    if (op.status == UCS_OK && (tandem_tag(op.sender_tag) != r->tag || op.length != r->bytes))
+      throw_mismatch(*r, Link::ucx, tandem_tag(op.sender_tag), op.length);
     if (op.status != UCS_OK) {
       failures_.peer_closed(peer_, fmt::format("a UCX receive from rank {} failed: {} ({})", peer_,
                                                ::ucs_status_string(op.status), lanes_));

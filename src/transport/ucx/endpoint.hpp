@@ -1,7 +1,7 @@
 #pragma once
 // One peer over UCX: each posted request is one tagged UCX operation, posted at once (UCX
 // orders and moves it); progress() drives the worker and retires the requests at the heads of
-// the queues as UCX completes them, checking each received header against its request.
+// the queues as UCX completes them, checking each received tag and size against its request.
 // Receives with a reduction land in a staging buffer and are reduced as they retire.
 
 #include "transport/endpoint.hpp"
@@ -46,8 +46,8 @@ class Endpoint final : public transport::Endpoint {
     void* handle = nullptr;  ///< UCX's request while in flight
     bool done = false;
     ucs_status_t status = UCS_OK;
-    Header header{};
-    ucp_dt_iov_t iov[2]{};
+    std::uint64_t sender_tag = 0;  ///< received: the UCX tag of the message
+    std::size_t length = 0;        ///< received: its size
     std::vector<std::byte> stage;  ///< recv_reduce: the incoming values
   };
 
@@ -66,8 +66,6 @@ class Endpoint final : public transport::Endpoint {
   std::deque<Op> send_ops_;
   std::deque<Op> recv_ops_;
   std::vector<std::vector<std::byte>> spare_stages_;
-  std::uint64_t send_seq_ = 0;
-  std::uint64_t recv_seq_ = 0;
   ucs_status_t error_ = UCS_OK;  ///< set by UCX's error handler
   std::string lanes_;
 };

@@ -1,8 +1,11 @@
 #pragma once
-// What goes over UCX: every message is one tagged UCX message of two parts, a header (the
-// tandem tag and size, checked against the posted receive) and the payload. The UCX tag
-// carries the sender's rank and a per-pair sequence number, so that the k-th send from A to B
-// matches B's k-th receive from A, as on every other link. Worker addresses travel through the
+// What goes over UCX: every message is one tagged UCX message of its payload alone (so that
+// UCX may move large ones without a copy). The UCX tag carries the sender's rank in its high
+// half and tandem's tag in its low half; a receive matches any tag from its peer (the mask
+// covers the rank only) and then checks tandem's tag and the size UCX reports, so mismatched
+// calls fail as on every other link instead of waiting. UCX matches the messages from one
+// endpoint in the order they were sent (MPI's non-overtaking rule, which UCX keeps), so the
+// k-th send from A to B completes B's k-th receive from A. Worker addresses travel through the
 // store as hex text, bounded in size.
 
 #include <cstddef>
@@ -13,21 +16,14 @@
 
 namespace tandem::transport::ucx {
 
-struct Header {
-  std::uint32_t tag;
-  std::uint32_t magic;
-  std::uint64_t bytes;
-};
-static_assert(sizeof(Header) == 16);
-inline constexpr std::uint32_t kHeaderMagic = 0x58554454;  // "TDUX"
+inline constexpr int kRankShift = 32;
+inline constexpr std::uint64_t kRankMask = ~std::uint64_t{0} << kRankShift;
 
-/// Bits of the UCX tag that carry the sequence number; the rest carry the sender's rank.
-inline constexpr int kSeqBits = 40;
-inline constexpr std::uint64_t kSeqMask = (std::uint64_t{1} << kSeqBits) - 1;
-inline constexpr int kMaxRanks = 1 << (64 - kSeqBits);
-
-constexpr std::uint64_t make_tag(int sender, std::uint64_t seq) noexcept {
-  return (static_cast<std::uint64_t>(sender) << kSeqBits) | (seq & kSeqMask);
+constexpr std::uint64_t make_tag(int sender, std::uint32_t tag) noexcept {
+  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(sender)) << kRankShift) | tag;
+}
+constexpr std::uint32_t tandem_tag(std::uint64_t ucx_tag) noexcept {
+  return static_cast<std::uint32_t>(ucx_tag);
 }
 
 /// The largest worker address accepted from a peer (UCX's are a few hundred bytes).

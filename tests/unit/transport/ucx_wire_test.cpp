@@ -1,5 +1,5 @@
 // What the UCX transport puts on the wire and in the store: the tag layout (sender rank and
-// per-pair sequence), worker addresses as bounded hex, and the transports/devices summary of
+// tandem's tag), worker addresses as bounded hex, and the transports/devices summary of
 // an endpoint taken from UCX's own description of it.
 
 #include "transport/ucx/wire.hpp"
@@ -11,15 +11,15 @@
 namespace tandem::transport::ucx {
 namespace {
 
-TEST(UcxWire, TagsSeparateSendersAndWrapTheSequenceWithinTheirBits) {
+TEST(UcxWire, TagsCarryTheSenderInTheHighHalfAndTandemsTagInTheLow) {
   EXPECT_EQ(make_tag(0, 0), 0u);
-  EXPECT_EQ(make_tag(1, 0), std::uint64_t{1} << kSeqBits);
-  EXPECT_EQ(make_tag(3, 7), (std::uint64_t{3} << kSeqBits) | 7);
-  EXPECT_NE(make_tag(1, 5), make_tag(2, 5));
-  // The sequence wraps inside its bits and never spills into the rank.
-  EXPECT_EQ(make_tag(2, kSeqMask + 1), make_tag(2, 0));
-  EXPECT_EQ(make_tag(kMaxRanks - 1, kSeqMask) >> kSeqBits,
-            static_cast<std::uint64_t>(kMaxRanks - 1));
+  EXPECT_EQ(make_tag(1, 0), std::uint64_t{1} << 32);
+  EXPECT_EQ(make_tag(3, 0xdeadbeef), (std::uint64_t{3} << 32) | 0xdeadbeef);
+  EXPECT_EQ(tandem_tag(make_tag(3, 0xdeadbeef)), 0xdeadbeefu);
+  // The receive's mask sees the sender only: every tandem tag of rank 2 matches rank 2's.
+  EXPECT_EQ(make_tag(2, 0xffffffff) & kRankMask, make_tag(2, 0));
+  EXPECT_NE(make_tag(1, 5) & kRankMask, make_tag(2, 5) & kRankMask);
+  EXPECT_EQ(make_tag(1 << 20, 1) >> 32, std::uint64_t{1} << 20);
 }
 
 TEST(UcxWire, AddressesRoundTripThroughBoundedHex) {
@@ -30,9 +30,9 @@ TEST(UcxWire, AddressesRoundTripThroughBoundedHex) {
   EXPECT_EQ(hex.substr(0, 8), "00010203");
   EXPECT_EQ(from_hex(hex), bytes);
   EXPECT_EQ(from_hex(""), std::string());
-  EXPECT_FALSE(from_hex("abc"));   // odd length
-  EXPECT_FALSE(from_hex("0g"));    // not hex
-  EXPECT_FALSE(from_hex("0A"));    // upper case is not what to_hex writes
+  EXPECT_FALSE(from_hex("abc"));  // odd length
+  EXPECT_FALSE(from_hex("0g"));   // not hex
+  EXPECT_FALSE(from_hex("0A"));   // upper case is not what to_hex writes
   EXPECT_FALSE(from_hex(std::string(2 * kMaxAddressBytes + 2, '0')));  // too long
   EXPECT_TRUE(from_hex(std::string(2 * kMaxAddressBytes, '0')));
 }
