@@ -198,9 +198,10 @@ std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
   testing::setup_step("connected");
   TANDEM_INFO(init,
               "rank {}/{} connected in {:.1f} ms: shm to [{}], tcp to [{}] ({} stream(s) each), "
-              "ucx to [{}], listening on {}",
+              "{}listening on {}",
               rank, size, std::chrono::duration<double, std::milli>(Clock::now() - start).count(),
-              fmt::join(local, ","), fmt::join(remote, ","), options.sockets_per_peer, ucx_lanes,
+              fmt::join(local, ","), fmt::join(remote, ","), options.sockets_per_peer,
+              ucx_lanes.empty() ? std::string() : fmt::format("ucx to [{}], ", ucx_lanes),
               net::format_host_port(tcp.address(), tcp.port()));
   return mesh;
 }
