@@ -14,6 +14,13 @@ namespace {
 // Worker progress calls per progress() at most: each moves what is ready and returns.
 constexpr int kProgressCalls = 16;
 
+// Whether a reduction's output and local input do not overlap.
+bool disjoint(const Request& r) noexcept {
+  const auto* d = static_cast<const std::byte*>(r.dst);
+  const auto* s = static_cast<const std::byte*>(r.src);
+  return d + r.bytes <= s || s + r.bytes <= d;
+}
+
 std::string ep_lanes(ucp_ep_h ep) {
   char* text = nullptr;
   std::size_t size = 0;
@@ -98,7 +105,9 @@ void Endpoint::on_post(Request& r) {
     h = ::ucp_tag_send_nbx(ep_, r.src, r.bytes, make_tag(context_->rank(), r.tag), &p);
   } else {
     void* into = r.dst;
-    if (r.kind == RequestKind::recv_reduce) {
+    // A reduction into another buffer than its local input receives into that output and
+    // reduces there (dst = src op dst, element by element); in place it needs a stage.
+    if (r.kind == RequestKind::recv_reduce && !disjoint(r)) {
       if (!spare_stages_.empty()) {
         op.stage = std::move(spare_stages_.back());
         spare_stages_.pop_back();
@@ -187,8 +196,10 @@ bool Endpoint::retire_recvs() {
     }
     if (r->kind == RequestKind::recv_reduce) {
       const std::size_t es = dtype_size(r->dtype);
-      core::reduce(r->dst, r->src, op.stage.data(), r->bytes / es, r->dtype, r->op);
-      spare_stages_.push_back(std::move(op.stage));
+      const bool staged = !disjoint(*r);
+      core::reduce(r->dst, r->src, staged ? static_cast<const void*>(op.stage.data()) : r->dst,
+                   r->bytes / es, r->dtype, r->op);
+      if (staged) spare_stages_.push_back(std::move(op.stage));
     }
     recvs_.pop();
     recv_ops_.pop_front();
