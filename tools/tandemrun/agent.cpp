@@ -110,7 +110,7 @@ int Agent::run() {
 }
 
 int Agent::run_rounds() {
-  const bool elastic = options_.min_nodes < options_.max_nodes;
+  const bool elastic = options_.elastic();
   RoundRules rules{
       .min_nodes = options_.min_nodes, .max_nodes = options_.max_nodes, .want = options_.node_rank};
   assignment_.node_rank = options_.node_rank.value_or(-1);
@@ -338,7 +338,7 @@ bool Agent::wait_keys(const std::vector<std::string>& keys, Deadline deadline) {
   store::Store& store = session_->store();
   while (true) {
     check_interrupts();
-    if (!abort_key_.empty() && !lost_nodes_.empty() && options_.min_nodes == options_.max_nodes) {
+    if (!abort_key_.empty() && !lost_nodes_.empty() && !options_.elastic()) {
       // A node was lost before the round closed: end it for everyone.
       RoundEnd lost;
       lost.kind = RoundEnd::Kind::node_lost;
@@ -350,8 +350,7 @@ bool Agent::wait_keys(const std::vector<std::string>& keys, Deadline deadline) {
     if (waiting_ && store.check(std::vector<std::string>{session_->keys().over()})) {
       const std::string code = store.get(session_->keys().over(), deadline_in(10s));
       // Node 0 keeps the store up until the nodes that waited have read this.
-      const auto n = store.add(session_->keys().over() + "/seen", 1);
-      store.set(fmt::format("{}/seen/{}", session_->keys().over(), n), "1");
+      store.set(session_->keys().over_seen(store.add(session_->keys().over_seen(0), 1)), "1");
       throw RunOver(code == "0" ? "every worker succeeded" : fmt::format("exit code {}", code),
                     code == "0" ? 0 : 1);
     }
@@ -470,8 +469,7 @@ int Agent::finish(int exit_code) {
       store.set(session_->keys().over(), std::to_string(exit_code));
       const auto waiting = store.add(session_->keys().joined(round_ + 1), 0);
       std::vector<std::string> seen;
-      for (std::int64_t i = 1; i <= waiting; ++i)
-        seen.push_back(fmt::format("{}/seen/{}", session_->keys().over(), i));
+      for (std::int64_t i = 1; i <= waiting; ++i) seen.push_back(session_->keys().over_seen(i));
       if (!seen.empty() && !wait_keys(seen, deadline_in(kByeBound)))
         TANDEM_INFO(run, "tandemrun: not every waiting node read the end of the run");
     } catch (const std::exception& e) {

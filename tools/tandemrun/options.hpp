@@ -70,6 +70,8 @@ struct LaunchOptions {
   bool check = false;
 
   bool multi_node() const noexcept { return max_nodes > 1; }
+  /// --nnodes MIN:MAX with MIN < MAX: nodes may leave and join (agent.hpp).
+  bool elastic() const noexcept { return min_nodes < max_nodes; }
   /// Whether local rank `r`'s output reaches the console.
   bool on_console(int local_rank) const;
 };

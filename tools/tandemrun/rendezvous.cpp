@@ -275,7 +275,7 @@ Assignment join_round(const LaunchOptions& options, Session& session, const Wait
     }
     // In an elastic run a node the round closed without is not admitted (node_rank -1): it
     // waits for the next round.
-    if (mine < 0 && options.min_nodes == options.max_nodes) {
+    if (mine < 0 && !options.elastic()) {
       throw RendezvousError(fmt::format(
           "rendezvous round {} of run {} closed with {} node(s) before this node joined (arrival "
           "{}): more nodes were started than --nnodes {}",

@@ -79,6 +79,9 @@ std::string Keys::heartbeat(int node) const {
 std::string Keys::over() const {
   return base + "/over";
 }
+std::string Keys::over_seen(std::int64_t n) const {
+  return n == 0 ? over() + "/seen" : fmt::format("{}/seen/{}", over(), n);
+}
 std::string Keys::bye(int node) const {
   return fmt::format("{}/bye/{}", base, node);
 }

@@ -38,6 +38,8 @@ struct Keys {
   std::string heartbeat(int node) const;
   std::string bye(int node) const;  ///< a node leaving after success
   std::string over() const;         ///< the run's exit code, once node 0 decided it
+  /// Set by the n-th waiting node that read over() (n >= 1); n = 0: the counter of them.
+  std::string over_seen(std::int64_t n) const;
 };
 
 /// Whether this tandemrun hosts the store: yes, no, or "if it can bind --master-addr" (a

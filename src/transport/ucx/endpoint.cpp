@@ -54,19 +54,9 @@ Endpoint::Endpoint(int peer, PeerFailureHandler& failures, std::shared_ptr<Conte
 }
 
 Endpoint::~Endpoint() {
-  cancel_all();
-  if (ep_ == nullptr) return;
   // The mesh closes only after every request completed and the peers said goodbye: nothing
   // is in flight, so a forced close loses nothing and never waits for the peer.
-  ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-  void* req = ::ucp_ep_close_nbx(ep_, &p);
-  if (UCS_PTR_IS_PTR(req)) {
-    for (int i = 0; i < 1000 && ::ucp_request_check_status(req) == UCS_INPROGRESS; ++i)
-      ::ucp_worker_progress(context_->state().worker);
-    ::ucp_request_free(req);
-  }
+  close_forced(1000);
 }
 
 void Endpoint::failed(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
@@ -95,7 +85,6 @@ void Endpoint::on_post(Request& r) {
   check_error();
   const bool send = r.kind == RequestKind::send;
   Op& op = (send ? send_ops_ : recv_ops_).emplace_back();
-  op.r = &r;
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   p.user_data = &op;
@@ -222,18 +211,24 @@ void Endpoint::cancel_all() noexcept {
   }
 }
 
+void Endpoint::close_forced(int progress_calls) noexcept {
+  cancel_all();
+  if (ep_ == nullptr) return;
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  void* req = ::ucp_ep_close_nbx(ep_, &p);
+  ep_ = nullptr;
+  if (!UCS_PTR_IS_PTR(req)) return;
+  for (int i = 0; i < progress_calls && ::ucp_request_check_status(req) == UCS_INPROGRESS; ++i)
+    ::ucp_worker_progress(context_->state().worker);
+  ::ucp_request_free(req);
+}
+
 void Endpoint::drop() noexcept {
   // Receives are taken off UCX's matching lists, so nothing lands in the callers' buffers
   // any more; sends still in flight are cut by closing the endpoint with force.
-  cancel_all();
-  if (ep_ != nullptr) {
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    void* req = ::ucp_ep_close_nbx(ep_, &p);
-    if (UCS_PTR_IS_PTR(req)) ::ucp_request_free(req);
-    ep_ = nullptr;
-  }
+  close_forced(0);
   transport::Endpoint::drop();
 }
 

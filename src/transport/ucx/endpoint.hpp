@@ -42,7 +42,6 @@ class Endpoint final : public transport::Endpoint {
   /// One posted UCX operation; its address is the callback's user data (a deque keeps it
   /// in place while later ones are added).
   struct Op {
-    Request* r = nullptr;
     void* handle = nullptr;  ///< UCX's request while in flight
     bool done = false;
     ucs_status_t status = UCS_OK;
@@ -56,6 +55,9 @@ class Endpoint final : public transport::Endpoint {
   bool retire_recvs();
   void check_error();
   void cancel_all() noexcept;
+  /// Cancels what is posted and closes the endpoint with force, progressing the worker at
+  /// most `progress_calls` times for the close to finish.
+  void close_forced(int progress_calls) noexcept;
   static void sent(void* request, ucs_status_t status, void* user_data);
   static void received(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
                        void* user_data);
