@@ -1,8 +1,9 @@
 #pragma once
-// One peer over UCX: each posted request is one tagged UCX operation, posted at once (UCX
-// orders and moves it); progress() drives the worker and retires the requests at the heads of
-// the queues as UCX completes them, checking each received tag and size against its request.
-// Receives with a reduction land in a staging buffer and are reduced as they retire.
+// One peer over UCX: each posted request is one tagged UCX operation per chunk of at most
+// kChunkBytes, all posted at once (UCX orders and moves them); progress() drives the worker
+// and retires the chunks at the heads of the queues as UCX completes them, checking each
+// received tag and size against its request. A reduction reduces each chunk as it retires,
+// while the next ones are still on the way: into its output, or, in place, from a stage.
 
 #include "transport/endpoint.hpp"
 #include "transport/ucx/context.hpp"
@@ -39,18 +40,23 @@ class Endpoint final : public transport::Endpoint {
   const std::string& lanes() const noexcept { return lanes_; }
 
  private:
-  /// One posted UCX operation; its address is the callback's user data (a deque keeps it
-  /// in place while later ones are added).
+  /// One posted UCX operation, a chunk of a request; its address is the callback's user
+  /// data (a deque keeps it in place while later ones are added).
   struct Op {
     void* handle = nullptr;  ///< UCX's request while in flight
     bool done = false;
     ucs_status_t status = UCS_OK;
-    std::uint64_t sender_tag = 0;  ///< received: the UCX tag of the message
-    std::size_t length = 0;        ///< received: its size
-    std::vector<std::byte> stage;  ///< recv_reduce: the incoming values
+    std::uint64_t sender_tag = 0;       ///< received: the UCX tag of the message
+    std::size_t length = 0;             ///< received: its size
+    std::size_t offset = 0;             ///< of the chunk in its request
+    std::size_t bytes = 0;              ///< of the chunk
+    bool last = true;                   ///< the request's last chunk: it completes the request
+    const std::byte* staged = nullptr;  ///< recv_reduce in place: where the chunk landed
+    std::vector<std::byte> stage;       ///< the last chunk's: the request's incoming values
   };
 
   void on_post(Request& r) override;
+  void post_chunk(const Request& r, Op& op, std::byte* into);
   bool retire_sends();
   bool retire_recvs();
   void check_error();
