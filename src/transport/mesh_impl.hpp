@@ -41,6 +41,11 @@ inline constexpr auto kSlice = 50ms;
 inline constexpr auto kMixedSlice = 1ms;
 // While data keeps moving (no blocking), the control sockets are still read this often.
 inline constexpr auto kControlPeriod = 1ms;
+// A rank that woke a sleeping same-host peer spins at least this long in its next wait (when
+// spinning is on): the peer answers only once it runs again, and a waker that gave up after
+// TANDEM_SPIN_US and slept would have to be woken in turn, each rank sleeping through the
+// other's wake-up, call after call. A woken vCPU of the 2-vCPU VM ran again 20-600 us later.
+inline constexpr auto kSpinAfterWake = 2ms;
 /// How long a normal close waits for the peers to have what this rank sent (UCX).
 inline constexpr auto kFlushBound = 10s;
 // After a data connection closes, how long to wait for the control connection to say why.
@@ -142,6 +147,7 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
   std::vector<pollfd> pfds_;
   std::span<Request* const> waiting_;  ///< what the current wait()/test() waits for
   Clock::time_point next_control_check_{};
+  std::uint64_t woken_seen_ = 0;  ///< shm_->woken() at the last wait
   bool closed_ = false;
 
   mutable std::mutex mu_;

@@ -47,6 +47,10 @@ void MeshImpl::run_wait(std::span<Request* const> rs, Deadline deadline) {
     if (start == Clock::time_point{}) {
       start = now;
       spin_until = now + options_.spin_time;
+      if (spin && shm_ && shm_->woken() != woken_seen_) {
+        woken_seen_ = shm_->woken();
+        spin_until = now + std::max<Clock::duration>(options_.spin_time, kSpinAfterWake);
+      }
     }
     if (now >= deadline) throw_timeout(rs, start);
     if (now >= next_control_check_) {
@@ -57,7 +61,7 @@ void MeshImpl::run_wait(std::span<Request* const> rs, Deadline deadline) {
       if (done()) return;
     }
     if (moved) {
-      spin_until = now + options_.spin_time;
+      spin_until = std::max(spin_until, now + options_.spin_time);
     } else if (now >= spin_until) {
       block(deadline);
     } else if ((i & 15) == 0) {

@@ -168,7 +168,7 @@ std::unique_ptr<transport::Endpoint> Context::make_endpoint(int peer,
         channel_view(static_cast<std::byte*>(own_.data()) + desc.offset, desc);
     return std::make_unique<Endpoint>(peer, failures, p.outbound, inbound,
                                       Wake{&p.view.doorbell->value, &p.view.sleeping->value,
-                                           asymmetric_ && p.view.header->asymmetric == 1});
+                                           asymmetric_ && p.view.header->asymmetric == 1, &woken_});
   }
   TANDEM_THROW(ErrorCode::Internal, "no shared-memory segment attached for rank {}", peer);
 }

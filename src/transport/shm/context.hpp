@@ -80,6 +80,9 @@ class Context {
     if (own_view_.cpu->value.load(std::memory_order_relaxed) != v)
       own_view_.cpu->value.store(v, std::memory_order_relaxed);
   }
+  /// How many times this rank's endpoints woke a sleeping peer (the thread that owns the
+  /// mesh counts; nothing else reads it concurrently).
+  std::uint64_t woken() const noexcept { return woken_; }
   /// Whether a peer last published `cpu` as the CPU it waits on.
   bool peer_on_cpu(int cpu) const noexcept;
   /// Wakes this rank if it sleeps on its doorbell (another thread aborted the mesh).
@@ -106,6 +109,7 @@ class Context {
   Mapping own_;
   SegmentView own_view_;
   std::vector<Peer> peers_;
+  std::uint64_t woken_ = 0;
 };
 
 }  // namespace tandem::transport::shm

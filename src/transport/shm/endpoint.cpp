@@ -106,6 +106,7 @@ void Endpoint::wake_peer() noexcept {
   if (wake_.sleeping->load(std::memory_order_relaxed) != 0) {
     wake_.doorbell->fetch_add(1, std::memory_order_release);
     core::futex_wake_all(wake_.doorbell);
+    ++*wake_.woken;
   }
 }
 

@@ -13,7 +13,8 @@ namespace tandem::transport::shm {
 struct Wake {
   std::atomic<std::uint32_t>* doorbell = nullptr;
   std::atomic<std::uint32_t>* sleeping = nullptr;
-  bool asymmetric = false;  ///< both sides use asymmetric fences: no full fence here
+  bool asymmetric = false;         ///< both sides use asymmetric fences: no full fence here
+  std::uint64_t* woken = nullptr;  ///< the context's count of sleeping peers woken
 };
 
 class Endpoint final : public transport::Endpoint {

@@ -133,6 +133,33 @@ TEST(ShmEndpoint, SenderStopsWhenTheRingIsFull) {
   EXPECT_EQ(in, out);
 }
 
+// A sender counts the sleeping peers it woke (the mesh then spins longer in its next wait,
+// so that it does not sleep through the peer's wake-up): an awake peer is not counted.
+TEST(ShmEndpoint, WakingASleepingPeerIsCounted) {
+  ShmPair p(64 << 10);
+  std::uint64_t k = 0;
+  auto exchange = [&] {
+    const std::uint64_t out = ++k;
+    std::uint64_t in = 0;
+    Request s = Request::make_send(1, static_cast<std::uint32_t>(k), &out, sizeof out);
+    Request r = Request::make_recv(0, static_cast<std::uint32_t>(k), &in, sizeof in);
+    p.e0->post(s);
+    p.e1->post(r);
+    drive(*p.e0, *p.e1, {&s, &r});
+    EXPECT_EQ(in, out);
+  };
+  for (int i = 0; i < 10; ++i) exchange();
+  EXPECT_EQ(p.c0->woken(), 0u);  // rank 1 never slept
+  // Rank 1 sleeps on its doorbell in another thread; the main thread drives both endpoints
+  // (the sleep touches neither) until a send finds rank 1 asleep and wakes it.
+  std::thread sleeper([&] { p.c1->sleep(std::chrono::seconds(30), [] { return false; }); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (p.c0->woken() == 0 && std::chrono::steady_clock::now() < deadline) exchange();
+  sleeper.join();  // woken: it returns long before its 30 s
+  EXPECT_EQ(p.c0->woken(), 1u);
+  EXPECT_EQ(p.c1->woken(), 0u);
+}
+
 TEST(ShmEndpoint, ReduceStraightFromTheSlots) {
   ShmPair p(8 << 10);
   std::vector<float> a(10000), b(10000), out(10000);
