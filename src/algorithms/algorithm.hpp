@@ -156,5 +156,10 @@ std::size_t size_class(const Call& call) noexcept;
 /// sides) is ignored, so a matching pair carries equal tags.
 std::uint32_t fingerprint(CollectiveKind kind, DataType dtype, std::size_t count, int root,
                           std::uint64_t seq) noexcept;
+/// fingerprint() in two steps, for a call repeated with new sequence numbers: the part of
+/// the shape, computed once, then each call's tag from it (equal to fingerprint()).
+std::uint64_t fingerprint_shape(CollectiveKind kind, DataType dtype, std::size_t count,
+                                int root) noexcept;
+std::uint32_t fingerprint_with(std::uint64_t shape, std::uint64_t seq) noexcept;
 
 }  // namespace tandem::algorithms

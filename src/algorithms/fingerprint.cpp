@@ -16,8 +16,8 @@ constexpr std::uint64_t mix(std::uint64_t x) noexcept {
 
 }  // namespace
 
-std::uint32_t fingerprint(CollectiveKind kind, DataType dtype, std::size_t count, int root,
-                          std::uint64_t seq) noexcept {
+std::uint64_t fingerprint_shape(CollectiveKind kind, DataType dtype, std::size_t count,
+                                int root) noexcept {
   // A send must carry the tag its matching recv expects: both sides hash the same kind, and
   // the peer (which differs between the two sides) is left out.
   if (kind == CollectiveKind::recv) kind = CollectiveKind::send;
@@ -26,10 +26,18 @@ std::uint32_t fingerprint(CollectiveKind kind, DataType dtype, std::size_t count
   const std::uint64_t small = static_cast<std::uint64_t>(kind) |
                               static_cast<std::uint64_t>(dtype) << 8 |
                               static_cast<std::uint64_t>(static_cast<std::uint32_t>(root)) << 32;
-  std::uint64_t h = mix(0x74616e64656dULL ^ small);
-  h = mix(h ^ static_cast<std::uint64_t>(count));
-  h = mix(h ^ seq);
+  const std::uint64_t h = mix(0x74616e64656dULL ^ small);
+  return mix(h ^ static_cast<std::uint64_t>(count));
+}
+
+std::uint32_t fingerprint_with(std::uint64_t shape, std::uint64_t seq) noexcept {
+  const std::uint64_t h = mix(shape ^ seq);
   return static_cast<std::uint32_t>(h ^ (h >> 32));
+}
+
+std::uint32_t fingerprint(CollectiveKind kind, DataType dtype, std::size_t count, int root,
+                          std::uint64_t seq) noexcept {
+  return fingerprint_with(fingerprint_shape(kind, dtype, count, root), seq);
 }
 
 }  // namespace tandem::algorithms

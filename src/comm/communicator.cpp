@@ -9,23 +9,26 @@
 #include <tandem/communicator.hpp>
 #include <tandem/error.hpp>
 
+#include <optional>
+
 namespace tandem {
 namespace {
 
 using Impl = Communicator::Impl;
 
 // The last host call this thread checked: a loop that repeats one call (a training step's
-// small allreduce, a benchmark) skips validate() and the selector's lookup, a fifth of a
-// small broadcast's instructions. Keyed by everything those depend on; calls with counts
+// small allreduce, a benchmark) copies the operation built then instead of checking and
+// building it again (validate(), the selector's lookup, the fingerprint's shape), a third
+// of a small broadcast's instructions. Keyed by everything those depend on; calls with counts
 // (allgatherv, whose counts may change in place) or options are always checked.
 struct Checked {
   std::uint64_t serial = 0;  ///< Impl::serial; 0: nothing checked yet
   CollectiveKind kind{};
-  BufferView in;
+  BufferView in;  ///< as the caller passed them
   BufferView out;
   ReduceOp op{};
   int root = 0;
-  const algorithms::Algorithm* algorithm = nullptr;
+  comm::Op made;  ///< what make_op() built for them, deadline aside
 };
 thread_local Checked last_checked;
 
@@ -33,9 +36,33 @@ bool same_view(const BufferView& a, const BufferView& b) noexcept {
   return a.data == b.data && a.count == b.count && a.dtype == b.dtype && a.device == b.device;
 }
 
-comm::Op make_op(const Impl& impl, CollectiveKind kind, const BufferView& in, const BufferView& out,
-                 ReduceOp op, int root, std::span<const std::size_t> counts, const CallOptions& o) {
-  comm::Op x;
+// Counts from the call's issue: the coarse clock (a few ns, where the precise one costs a
+// tenth of an 8-byte allreduce over shared memory) is accurate enough for a deadline seconds
+// away. A timeline needs the precise time: it shows when the call was issued.
+void set_deadline(const Impl& impl, comm::Op& x, const CallOptions& o) noexcept {
+  x.issued = impl.diag.trace ? Clock::now() : core::coarse_now();
+  const auto timeout = std::chrono::duration_cast<Clock::duration>(impl.config.timeout);
+  auto& c = x.call;
+  c.deadline = timeout >= Deadline::max() - x.issued ? Deadline::max() : x.issued + timeout;
+  if (o.deadline && *o.deadline < c.deadline) c.deadline = *o.deadline;
+}
+
+// The operation of this call: this thread's memo of the same call, renewed in place (no copy
+// on the latency path; only this thread's next call changes it), or `fresh`, built, checked
+// and memoised when it can be repeated.
+comm::Op& make_op(const Impl& impl, CollectiveKind kind, const BufferView& in,
+                  const BufferView& out, ReduceOp op, int root, std::span<const std::size_t> counts,
+                  const CallOptions& o, std::optional<comm::Op>& fresh) {
+  const bool memo = counts.empty() && o.algorithm.empty() && impl.id.size > 1;
+  if (memo) {
+    Checked& m = last_checked;
+    if (m.serial == impl.serial && m.kind == kind && m.op == op && m.root == root &&
+        same_view(m.in, in) && same_view(m.out, out)) {
+      set_deadline(impl, m.made, o);
+      return m.made;
+    }
+  }
+  comm::Op& x = fresh.emplace();
   auto& c = x.call;
   c.kind = kind;
   c.in = in;
@@ -44,28 +71,14 @@ comm::Op make_op(const Impl& impl, CollectiveKind kind, const BufferView& in, co
   c.root = root;
   c.counts = counts;
   c.hosts = &impl.config.hosts;
-  // The deadline is seconds away: the coarse clock (a few ns, where the precise one costs a
-  // tenth of an 8-byte allreduce over shared memory) is accurate enough for it. A timeline
-  // needs the precise time: it shows when the call was issued.
-  x.issued = impl.diag.trace ? Clock::now() : core::coarse_now();
-  const auto timeout = std::chrono::duration_cast<Clock::duration>(impl.config.timeout);
-  c.deadline = timeout >= Deadline::max() - x.issued ? Deadline::max() : x.issued + timeout;
-  if (o.deadline && *o.deadline < c.deadline) c.deadline = *o.deadline;
-  const bool memo = counts.empty() && o.algorithm.empty() && impl.id.size > 1;
-  if (memo) {
-    const Checked& m = last_checked;
-    if (m.serial == impl.serial && m.kind == kind && m.op == op && m.root == root &&
-        same_view(m.in, in) && same_view(m.out, out)) {
-      if (kind == CollectiveKind::broadcast && impl.id.rank != root) c.in = c.out;
-      x.device = Device::cpu();
-      x.algorithm = m.algorithm;
-      return x;
-    }
-  }
+  set_deadline(impl, x, o);
   comm::validate(c, impl.id.rank, impl.id.size);
   // What a rank does not use is normalised, so algorithms see one shape: a broadcast's
   // input matters on the root only.
   if (kind == CollectiveKind::broadcast && impl.id.rank != root) c.in = c.out;
+  x.shape_dtype = comm::shape_dtype(c);
+  x.shape_count = comm::shape_count(c);
+  x.shape_print = algorithms::fingerprint_shape(kind, x.shape_dtype, x.shape_count, root);
   // Buffers on a device go to the device backend (validate() checked that both are on one).
   x.device = c.in.device.is_cpu() ? c.out.device : c.in.device;
   if (!x.device.is_cpu()) return x;
@@ -76,25 +89,26 @@ comm::Op make_op(const Impl& impl, CollectiveKind kind, const BufferView& in, co
   }
   x.algorithm =
       &impl.config.policy.choose(algorithms::Registry::builtin(), c, impl.id.size, o.algorithm);
-  if (memo) last_checked = {impl.serial, kind, in, out, op, root, x.algorithm};
+  if (memo) last_checked = {impl.serial, kind, in, out, op, root, x};
   return x;
 }
 
 void run(Impl& impl, CollectiveKind kind, const BufferView& in, const BufferView& out, ReduceOp op,
          int root, std::span<const std::size_t> counts, const CallOptions& o) {
-  comm::Op x = make_op(impl, kind, in, out, op, root, counts, o);
-  impl.run_blocking(x, counts);
+  std::optional<comm::Op> fresh;
+  impl.run_blocking(make_op(impl, kind, in, out, op, root, counts, o, fresh), counts);
 }
 
 std::shared_ptr<Work> submit(Impl& impl, CollectiveKind kind, const BufferView& in,
                              const BufferView& out, ReduceOp op, int root,
                              std::span<const std::size_t> counts, const CallOptions& o) {
-  return impl.submit(make_op(impl, kind, in, out, op, root, counts, o), counts);
+  std::optional<comm::Op> fresh;
+  return impl.submit(make_op(impl, kind, in, out, op, root, counts, o, fresh), counts);
 }
 
-comm::Op make_p2p(const Impl& impl, CollectiveKind kind, const BufferView& buf, int peer,
-                  std::uint32_t tag, const CallOptions& o) {
-  comm::Op x = make_op(impl, kind, buf, buf, ReduceOp::sum, peer, {}, o);
+comm::Op& make_p2p(const Impl& impl, CollectiveKind kind, const BufferView& buf, int peer,
+                   std::uint32_t tag, const CallOptions& o, std::optional<comm::Op>& fresh) {
+  comm::Op& x = make_op(impl, kind, buf, buf, ReduceOp::sum, peer, {}, o, fresh);
   x.user_tag = tag;
   return x;
 }
@@ -207,20 +221,22 @@ std::shared_ptr<Work> Communicator::scatter_async(BufferView in, BufferView out,
 
 // ---- point to point ------------------------------------------------------------------------
 void Communicator::send(BufferView buf, int peer, std::uint32_t tag, const CallOptions& o) {
-  comm::Op x = make_p2p(*impl_, CollectiveKind::send, buf, peer, tag, o);
-  impl_->run_blocking(x, {});
+  std::optional<comm::Op> fresh;
+  impl_->run_blocking(make_p2p(*impl_, CollectiveKind::send, buf, peer, tag, o, fresh), {});
 }
 void Communicator::recv(BufferView buf, int peer, std::uint32_t tag, const CallOptions& o) {
-  comm::Op x = make_p2p(*impl_, CollectiveKind::recv, buf, peer, tag, o);
-  impl_->run_blocking(x, {});
+  std::optional<comm::Op> fresh;
+  impl_->run_blocking(make_p2p(*impl_, CollectiveKind::recv, buf, peer, tag, o, fresh), {});
 }
 std::shared_ptr<Work> Communicator::send_async(BufferView buf, int peer, std::uint32_t tag,
                                                const CallOptions& o) {
-  return impl_->submit(make_p2p(*impl_, CollectiveKind::send, buf, peer, tag, o), {});
+  std::optional<comm::Op> fresh;
+  return impl_->submit(make_p2p(*impl_, CollectiveKind::send, buf, peer, tag, o, fresh), {});
 }
 std::shared_ptr<Work> Communicator::recv_async(BufferView buf, int peer, std::uint32_t tag,
                                                const CallOptions& o) {
-  return impl_->submit(make_p2p(*impl_, CollectiveKind::recv, buf, peer, tag, o), {});
+  std::optional<comm::Op> fresh;
+  return impl_->submit(make_p2p(*impl_, CollectiveKind::recv, buf, peer, tag, o, fresh), {});
 }
 
 // ---- barrier -------------------------------------------------------------------------------

@@ -46,6 +46,12 @@ struct Op {
   Clock::time_point issued{};
   /// Where the buffers are: a device call runs on the communicator's device backend.
   Device device{};
+  /// What the call's messages describe (shape_dtype()/shape_count() of `call`) and the part
+  /// of their fingerprint that stays from call to call (algorithms::fingerprint_shape()):
+  /// make_op() fills them once for the calls it repeats.
+  DataType shape_dtype = DataType::u8;
+  std::size_t shape_count = 0;
+  std::uint64_t shape_print = 0;
 };
 
 inline bool is_p2p(CollectiveKind k) noexcept {

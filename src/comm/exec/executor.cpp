@@ -66,8 +66,7 @@ void assign_sequence(Op& op, std::uint64_t state) {
     return;
   }
 #endif
-  c.tag = algorithms::fingerprint(c.kind, comm::shape_dtype(c), comm::shape_count(c), c.root,
-                                  comm::is_p2p(c.kind) ? op.user_tag : c.seq);
+  c.tag = algorithms::fingerprint_with(op.shape_print, comm::is_p2p(c.kind) ? op.user_tag : c.seq);
 }
 
 // How far `op` advances the executor state's sequence number.
@@ -198,15 +197,14 @@ void Communicator::Impl::execute(const Op& op, Clock::time_point now) {
   const std::string_view algo = op.algorithm != nullptr ? op.algorithm->name()
                                 : op.device.is_cpu()    ? std::string_view("local")
                                                         : std::string_view("device");
-  const auto ticket = diag.recorder.start(c.kind, comm::shape_dtype(c), comm::shape_count(c),
-                                          c.root, c.seq, algo, now);
+  const auto ticket =
+      diag.recorder.start(c.kind, op.shape_dtype, op.shape_count, c.root, c.seq, algo, now);
 #ifdef TANDEM_NO_CALL_CHECKS
   const bool collective = false;
 #else
   const bool collective = diag.monitor && !comm::is_p2p(c.kind);
 #endif
-  if (collective)
-    diag.monitor->entered(c.kind, comm::shape_dtype(c), comm::shape_count(c), c.root, c.seq, now);
+  if (collective) diag.monitor->entered(c.kind, op.shape_dtype, op.shape_count, c.root, c.seq, now);
   if (diag.trace) [[unlikely]]
     comm::trace_begin(*diag.trace, op, now);
   ErrorCode code = ErrorCode::Internal;

@@ -199,7 +199,7 @@ void Communicator::Impl::start_p2p(const std::shared_ptr<OpWork>& work) {
   const auto now = Clock::now();
   work->posted_at = now;
   work->ticket =
-      diag.recorder.start(c.kind, comm::shape_dtype(c), comm::shape_count(c), c.root, c.seq,
+      diag.recorder.start(c.kind, work->op.shape_dtype, work->op.shape_count, c.root, c.seq,
                           work->op.algorithm ? work->op.algorithm->name() : "direct", now);
   ErrorCode code = ErrorCode::Timeout;
   std::string what;
