@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <map>
 #include <regex>
 
@@ -75,6 +76,29 @@ TEST(TandemrunOutput, VeryLongLineIsWrittenInPrefixedPieces) {
   }
   EXPECT_EQ(total, kLen);
   EXPECT_EQ(r.out.back(), '\n') << "the partial last line is terminated";
+}
+
+// Output is read in batches while the workers run (not as each line is written, which put
+// tandemrun on a CPU right when a rank started its next step), but it is still forwarded
+// while they run: the worker below prints, then waits for the test to have seen the line.
+TEST(TandemrunOutput, LinesOfARunningWorkerArriveWhileItRuns) {
+  TempDir dir;
+  const std::string seen = dir.file("seen");
+  Subprocess p({tandemrun_path(), "--nproc-per-node", "1", "/bin/sh", "-c",
+                fmt::format("echo ready; echo soon >&2; i=0; while [ ! -e {} ] && [ $i -lt 600 ]; "
+                            "do i=$((i + 1)); sleep 0.1; done; [ -e {} ] && echo done",
+                            seen, seen)});
+  ASSERT_TRUE(p.wait_for(
+      [](const std::string& out, const std::string& err) {
+        return out.find("[rank 0]: ready\n") != std::string::npos &&
+               err.find("[rank 0]: soon\n") != std::string::npos;
+      },
+      std::chrono::seconds(60)))
+      << "out: " << p.out() << " err: " << p.err();
+  { std::ofstream(seen) << "x"; }
+  const auto r = p.wait(std::chrono::seconds(60));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("[rank 0]: done\n"), std::string::npos) << r.out;
 }
 
 TEST(TandemrunOutput, PartialLastLineIsFlushedAtExit) {

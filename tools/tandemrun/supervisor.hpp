@@ -17,8 +17,10 @@
 #include <csignal>
 #include <memory>
 #include <optional>
+#include <poll.h>
 #include <string>
 #include <sys/types.h>
+#include <utility>
 #include <vector>
 
 namespace tandem::tools::tandemrun {
@@ -94,7 +96,15 @@ class Supervisor {
   void on_events();
   void reap();
   void on_worker_exit(Worker& w);
-  void read_stream(Worker& w, bool err);
+  /// One read of a worker's stdout or stderr; returns whether it filled the read buffer
+  /// (more may be waiting).
+  bool read_stream(Worker& w, bool err);
+  /// Reads what the workers' pipes hold now, without waiting; returns whether a read filled
+  /// its buffer.
+  bool read_ready_output();
+  /// Appends the pipes still open to `pfds`, and (worker, is stderr) for each to `streams`.
+  void add_output_fds(std::vector<pollfd>& pfds,
+                      std::vector<std::pair<Worker*, bool>>& streams) const;
   void stop_all(int sig);
   void cut_off(const std::string& why);
   std::string store_gone(const std::string& detail) const;
