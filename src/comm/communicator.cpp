@@ -17,17 +17,15 @@ namespace {
 using Impl = Communicator::Impl;
 
 // The last host call this thread checked: a loop that repeats one call (a training step's
-// small allreduce, a benchmark) copies the operation built then instead of checking and
-// building it again (validate(), the selector's lookup, the fingerprint's shape), a third
-// of a small broadcast's instructions. Keyed by everything those depend on; calls with counts
-// (allgatherv, whose counts may change in place) or options are always checked.
+// small allreduce, a benchmark) runs the operation built then again instead of checking and
+// building it anew (validate(), the selector's lookup, the fingerprint's shape). Keyed by
+// everything those depend on: the buffers as the caller passed them, and the kind, op and
+// root `made` carries; calls with counts (allgatherv, whose counts may change in place) or
+// options are always checked.
 struct Checked {
   std::uint64_t serial = 0;  ///< Impl::serial; 0: nothing checked yet
-  CollectiveKind kind{};
-  BufferView in;  ///< as the caller passed them
+  BufferView in;
   BufferView out;
-  ReduceOp op{};
-  int root = 0;
   comm::Op made;  ///< what make_op() built for them, deadline aside
 };
 thread_local Checked last_checked;
@@ -56,7 +54,8 @@ comm::Op& make_op(const Impl& impl, CollectiveKind kind, const BufferView& in,
   const bool memo = counts.empty() && o.algorithm.empty() && impl.id.size > 1;
   if (memo) {
     Checked& m = last_checked;
-    if (m.serial == impl.serial && m.kind == kind && m.op == op && m.root == root &&
+    const auto& mc = m.made.call;
+    if (m.serial == impl.serial && mc.kind == kind && mc.op == op && mc.root == root &&
         same_view(m.in, in) && same_view(m.out, out)) {
       set_deadline(impl, m.made, o);
       return m.made;
@@ -89,7 +88,7 @@ comm::Op& make_op(const Impl& impl, CollectiveKind kind, const BufferView& in,
   }
   x.algorithm =
       &impl.config.policy.choose(algorithms::Registry::builtin(), c, impl.id.size, o.algorithm);
-  if (memo) last_checked = {impl.serial, kind, in, out, op, root, x};
+  if (memo) last_checked = {impl.serial, in, out, x};
   return x;
 }
 

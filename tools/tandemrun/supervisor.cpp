@@ -249,7 +249,9 @@ void Supervisor::loop() {
       if (pfds[i].revents != 0) read_stream(*streams[i - 2].first, streams[i - 2].second);
     }
     if (!prompt && (pfds[0].revents != 0 || pfds[1].revents != 0)) {
-      while (read_ready_output()) {
+      // What the pipes hold (64 KiB each unless a worker enlarged them), but bounded: a
+      // worker that writes without pause must not hold off a signal.
+      for (int i = 0; i < 16 && read_ready_output(); ++i) {
       }
     }
     if (pfds[0].revents != 0) on_signals();

@@ -178,7 +178,7 @@ bool Endpoint::retire_sends() {
                              ::ucs_status_string(status), lanes_));
     }
     moved = true;
-    if (!last) continue;  // r->done counts what the peer received; sends finish whole
+    if (!last) continue;  // a send completes with its last chunk
     r->done = r->bytes;
     r->complete = true;
   }
@@ -228,7 +228,6 @@ bool Endpoint::retire_recvs() {
     if (op.last) {
       if (!op.stage.empty()) spare_stages_.push_back(std::move(op.stage));
       recvs_.pop();
-      r->done = r->bytes;
       r->complete = true;
     }
     recv_ops_.pop_front();
