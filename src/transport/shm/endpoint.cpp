@@ -11,6 +11,25 @@
 #include <cstring>
 
 namespace tandem::transport::shm {
+namespace {
+
+// Reads one byte of every slot's data area. Each slot's data starts on a page of its own, so
+// the first lap of messages too large to travel in a slot header (41 B up) walked a page
+// table per message: 64 B allreduces ran at 0.8-1.2 us for their first 64 calls and at
+// 0.3-0.5 after. Walking the pages here, at setup, takes that cost out of the first calls.
+void walk_slot_pages(const ChannelView& c) noexcept {
+  for (std::uint32_t i = 0; i < c.slot_count; ++i)
+    (void)*reinterpret_cast<const volatile std::byte*>(c.slot_data(i));
+}
+
+}  // namespace
+
+Endpoint::Endpoint(int peer, PeerFailureHandler& failures, ChannelView outbound,
+                   ChannelView inbound, Wake peer_wake) noexcept
+    : transport::Endpoint(peer, failures), out_(outbound), in_(inbound), wake_(peer_wake) {
+  walk_slot_pages(out_);
+  walk_slot_pages(in_);
+}
 
 bool Endpoint::progress() {
   bool moved = false;

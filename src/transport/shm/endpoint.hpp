@@ -20,8 +20,7 @@ struct Wake {
 class Endpoint final : public transport::Endpoint {
  public:
   Endpoint(int peer, PeerFailureHandler& failures, ChannelView outbound, ChannelView inbound,
-           Wake peer_wake) noexcept
-      : transport::Endpoint(peer, failures), out_(outbound), in_(inbound), wake_(peer_wake) {}
+           Wake peer_wake) noexcept;
 
   Link link() const noexcept override { return Link::shm; }
   bool progress() override;
