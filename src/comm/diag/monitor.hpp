@@ -106,7 +106,7 @@ class Monitor : public std::enable_shared_from_this<Monitor> {
   }
   void end_write() noexcept { version_.store(++written_, std::memory_order_release); }
 
-  void run();
+  void run(const ProgressRecord& published);
   void publish(const std::string& key, const std::string& text) noexcept;
   void report_stall(const ProgressRecord& mine);
   /// Every rank's record: its failure record if it published one, else its progress.
