@@ -1,6 +1,7 @@
 #include "comm/setup/bootstrap.hpp"
 
 #include "comm/choice/tuning.hpp"
+#include "comm/diag/validate.hpp"
 #include "comm/impl.hpp"
 #include "core/net.hpp"
 #include "core/prefault.hpp"
@@ -224,6 +225,31 @@ void watch_peers(const Identity& id, Rendezvous& rdv, std::string lost_key,
   rdv.check_peers = mesh_opts.check_peers;
 }
 
+// What the first small collective of each common kind pays once and every later one does
+// not, paid here: its checks, the selector's first choice for that kind, and the first
+// reduction of each width of the vector kernels. (The transport's path is the same for
+// every kind; a program's first call still warms that.)
+void warm_paths(const Communicator::Impl& impl) {
+  alignas(64) float in[16] = {};
+  alignas(64) float out[64] = {};
+  const AlgoPolicy& policy = impl.config.policy;
+  for (const auto kind :
+       {CollectiveKind::allreduce, CollectiveKind::broadcast, CollectiveKind::allgather}) {
+    const auto n = static_cast<std::size_t>(kind == CollectiveKind::allgather ? impl.id.size : 1);
+    if (n > std::size(out)) continue;
+    algorithms::Call c;
+    c.kind = kind;
+    c.in = BufferView::of(std::span<float>(in, 1));
+    c.out = BufferView::of(std::span<float>(out, n));
+    c.hosts = &impl.config.hosts;
+    validate(c, impl.id.rank, impl.id.size);
+    // A forced or tuned choice that does not apply logs that once: left to a real call.
+    if (policy.forced(kind).empty() && policy.tuning() == nullptr)
+      (void)policy.choose(algorithms::Registry::builtin(), c, impl.id.size, "");
+  }
+  for (const std::size_t n : {2, 16}) core::reduce(out, in, out, n, DataType::f32, ReduceOp::sum);
+}
+
 }  // namespace
 
 std::string format_ranks(const std::vector<int>& ranks) {
@@ -325,6 +351,7 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
     find_local(*impl->mesh, impl->id);
     impl->config.hosts = algorithms::HostLayout::of(*impl->mesh);
     apply_tuning(*impl);
+    warm_paths(*impl);
     impl->diag.monitor =
         Monitor::start(impl->rendezvous.store, rank, size, prefix,
                        settings::get_seconds("TANDEM_STALL_WARN"), impl->config.timeout);
