@@ -33,15 +33,20 @@ ChannelDesc* table(void* base) noexcept {
                                         kWordLines * sizeof(WordLine));
 }
 
-// The consumed line and the slot headers, padded to a page: the data areas start there.
+// The consumed line and the slot headers, padded to a page: the small areas start there.
 std::uint64_t headers_bytes(std::uint64_t slot_count) noexcept {
   return round_up(kLine + slot_count * kLine, kPage);
+}
+// The small areas, padded to a page: the data areas start after them.
+std::uint64_t small_bytes(std::uint64_t slot_count) noexcept {
+  return round_up(slot_count * kSmallBytes, kPage);
 }
 
 }  // namespace
 
 std::uint64_t Geometry::channel_bytes() const noexcept {
-  return round_up(headers_bytes(slot_count) + static_cast<std::uint64_t>(slot_count) * slot_bytes,
+  return round_up(headers_bytes(slot_count) + small_bytes(slot_count) +
+                      static_cast<std::uint64_t>(slot_count) * slot_bytes,
                   kPage);
 }
 
@@ -108,11 +113,12 @@ ChannelDesc find_channel(const SegmentView& seg, std::size_t file_bytes, int sen
   for (std::uint32_t i = 0; i < seg.header->channel_count; ++i) {
     const ChannelDesc d = t[i];
     if (d.sender != sender) continue;
-    const bool ok = d.slot_count >= 2 && d.slot_count <= (1u << 16) && d.slot_bytes >= kLine &&
-                    d.slot_bytes % kLine == 0 && d.slot_bytes <= kMaxSlotBytes &&
-                    d.offset % kPage == 0 && d.offset <= file_bytes &&
-                    d.bytes <= file_bytes - d.offset &&
-                    headers_bytes(d.slot_count) + d.slot_count * d.slot_bytes <= d.bytes;
+    const bool ok =
+        d.slot_count >= 2 && d.slot_count <= (1u << 16) && d.slot_bytes >= kLine &&
+        d.slot_bytes % kLine == 0 && d.slot_bytes <= kMaxSlotBytes && d.offset % kPage == 0 &&
+        d.offset <= file_bytes && d.bytes <= file_bytes - d.offset &&
+        headers_bytes(d.slot_count) + small_bytes(d.slot_count) + d.slot_count * d.slot_bytes <=
+            d.bytes;
     if (!ok)
       TANDEM_THROW(ErrorCode::Internal,
                    "shared-memory segment {} has a malformed channel for rank {} ({} slots of {} "
@@ -128,9 +134,13 @@ ChannelDesc find_channel(const SegmentView& seg, std::size_t file_bytes, int sen
 
 ChannelView channel_view(void* channel_base, const ChannelDesc& d) noexcept {
   auto* ch = static_cast<std::byte*>(channel_base);
+  const std::uint64_t small = headers_bytes(d.slot_count);
   return ChannelView{reinterpret_cast<ChannelHeader*>(ch),
-                     reinterpret_cast<SlotHeader*>(ch + kLine), ch + headers_bytes(d.slot_count),
-                     d.slot_count, d.slot_bytes};
+                     reinterpret_cast<SlotHeader*>(ch + kLine),
+                     ch + small,
+                     ch + small + small_bytes(d.slot_count),
+                     d.slot_count,
+                     d.slot_bytes};
 }
 
 }  // namespace tandem::transport::shm

@@ -1,5 +1,5 @@
-// Data movement over every link: sizes around every boundary (inline payload, slot, stripe),
-// reductions, long runs of small messages, simultaneous large exchanges and a ring.
+// Data movement over every link: sizes around every boundary (inline payload, small area,
+// slot, stripe), reductions, long runs of small messages, simultaneous large exchanges and a ring.
 
 #include "mesh_test_util.hpp"
 #include "transport/shm/wire.hpp"
@@ -21,6 +21,8 @@ std::vector<std::size_t> boundary_sizes(bool with_64mib) {
   const std::size_t slot = shm::geometry_for(MeshOptions{}.shm_buffer_bytes).slot_bytes;
   std::vector<std::size_t> sizes = {
       0, 1, 7, 40, 41, 64, 4095, slot - 1, slot, slot + 1, (3u << 20) + 5};
+  for (const std::size_t n : {shm::kSmallBytes - 1, shm::kSmallBytes, shm::kSmallBytes + 1})
+    sizes.push_back(n);
   if (with_64mib) sizes.push_back(64u << 20);
   return sizes;
 }
