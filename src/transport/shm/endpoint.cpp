@@ -31,6 +31,8 @@ Endpoint::Endpoint(int peer, PeerFailureHandler& failures, ChannelView outbound,
     : transport::Endpoint(peer, failures), out_(outbound), in_(inbound), wake_(peer_wake) {
   walk_slot_pages(out_);
   walk_slot_pages(in_);
+  cold_sends_ = out_.slot_count;
+  cold_recvs_ = in_.slot_count;
 }
 
 bool Endpoint::progress() {
@@ -65,6 +67,12 @@ bool Endpoint::progress_sends() {
       s->msg_bytes = r->bytes;
       s->seq.store(++sent_, std::memory_order_release);
       if (++send_slot_ == out_.slot_count) send_slot_ = 0;
+      if (cold_sends_ != 0 && r->bytes > kInlineBytes && !out_.small_message(r->bytes)) {
+        // First lap through the data areas: the next slot's page is walked while this
+        // message is on its way, not when the next one is written.
+        --cold_sends_;
+        __builtin_prefetch(out_.slot_data(send_slot_), 1);
+      }
       r->done += chunk;
       moved = true;
     } while (r->done < r->bytes);
@@ -107,6 +115,10 @@ bool Endpoint::progress_recvs() {
       }
       r->done += chunk;
       if (++recv_slot_ == in_.slot_count) recv_slot_ = 0;
+      if (cold_recvs_ != 0 && !inline_msg && !in_.small_message(r->bytes)) {
+        --cold_recvs_;
+        __builtin_prefetch(in_.slot_data(recv_slot_), 0);
+      }
       in_.header->consumed.store(++received_, std::memory_order_release);
       moved = true;
     } while (r->done < r->bytes);
