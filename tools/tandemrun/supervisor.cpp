@@ -36,8 +36,12 @@ constexpr auto kDrainBound = 2s;
 // and on a machine with as many ranks as cores that preempted a rank spinning in a
 // collective and made its peers wait (first 8-byte allreduces of a size: 10-100 us instead
 // of 0.3-1). Lines still appear in order and within kOutputBatch, and a worker's last
-// lines before its exit is reported.
+// lines before its exit is reported. While the workers print nothing, the look doubles its
+// interval up to kOutputQuiet: a look every 20 ms was itself a preemption of a rank every
+// 20 ms (15-150 us each, seen with perf sched_switch during a collective); the first line
+// after a silence then comes within kOutputQuiet.
 constexpr auto kOutputBatch = 20ms;
+constexpr auto kOutputQuiet = 320ms;
 
 void signal_group(pid_t pgid, int sig) {
   if (::kill(-pgid, sig) != 0 && errno == ESRCH) ::kill(pgid, sig);
@@ -174,15 +178,18 @@ void Supervisor::loop() {
   std::vector<std::pair<Worker*, bool>> streams;  // (worker, is stderr) per pfds[2..]
   Deadline drain_until = Deadline::max();
   Deadline output_at{};
+  Clock::duration output_every = kOutputBatch;
   bool drained = false;
   while (true) {
     auto now = Clock::now();
     // Draining or stopping: output as it comes. Otherwise in batches (kOutputBatch).
     const bool prompt = running_ == 0 || stopping_;
     if (!prompt && now >= output_at) {
-      const bool more = read_ready_output();
+      const OutputRead got = read_ready_output();
       now = Clock::now();
-      output_at = more ? now : now + kOutputBatch;
+      output_every = got.any ? Clock::duration(kOutputBatch)
+                             : std::min<Clock::duration>(output_every * 2, kOutputQuiet);
+      output_at = got.more ? now : now + output_every;
     }
     if (running_ == 0 && drain_until == Deadline::max()) drain_until = now + kDrainBound;
     if (stopping_ && !killed_ && now >= kill_at_) {
@@ -251,7 +258,7 @@ void Supervisor::loop() {
     if (!prompt && (pfds[0].revents != 0 || pfds[1].revents != 0)) {
       // What the pipes hold (64 KiB each unless a worker enlarged them), but bounded: a
       // worker that writes without pause must not hold off a signal.
-      for (int i = 0; i < 16 && read_ready_output(); ++i) {
+      for (int i = 0; i < 16 && read_ready_output().more; ++i) {
       }
     }
     if (pfds[0].revents != 0) on_signals();
@@ -287,15 +294,17 @@ void Supervisor::add_output_fds(std::vector<pollfd>& pfds,
   }
 }
 
-bool Supervisor::read_ready_output() {
+Supervisor::OutputRead Supervisor::read_ready_output() {
   std::vector<pollfd> pfds;
   std::vector<std::pair<Worker*, bool>> streams;
   add_output_fds(pfds, streams);
-  if (pfds.empty() || ::poll(pfds.data(), pfds.size(), 0) <= 0) return false;
-  bool more = false;
+  OutputRead got;
+  if (pfds.empty() || ::poll(pfds.data(), pfds.size(), 0) <= 0) return got;
+  got.any = true;
   for (std::size_t i = 0; i < pfds.size(); ++i)
-    if (pfds[i].revents != 0) more = read_stream(*streams[i].first, streams[i].second) || more;
-  return more;
+    if (pfds[i].revents != 0)
+      got.more = read_stream(*streams[i].first, streams[i].second) || got.more;
+  return got;
 }
 
 void Supervisor::on_signals() {

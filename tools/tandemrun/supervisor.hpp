@@ -99,9 +99,12 @@ class Supervisor {
   /// One read of a worker's stdout or stderr; returns whether it filled the read buffer
   /// (more may be waiting).
   bool read_stream(Worker& w, bool err);
-  /// Reads what the workers' pipes hold now, without waiting; returns whether a read filled
-  /// its buffer.
-  bool read_ready_output();
+  struct OutputRead {
+    bool any = false;   ///< a pipe had output (or was closed)
+    bool more = false;  ///< a read filled its buffer: more may be waiting
+  };
+  /// Reads what the workers' pipes hold now, without waiting.
+  OutputRead read_ready_output();
   /// Appends the pipes still open to `pfds`, and (worker, is stderr) for each to `streams`.
   void add_output_fds(std::vector<pollfd>& pfds,
                       std::vector<std::pair<Worker*, bool>>& streams) const;
