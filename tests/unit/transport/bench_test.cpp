@@ -1,11 +1,11 @@
 // Transport figures between two ranks of this host (not a test: run with
 //   test_unit_transport --gtest_also_run_disabled_tests --gtest_filter='TransportBench.*'
-// ). Prints latency (ping-pong round trip, one-way = half of it, and the two-way 8-byte
-// exchange an allreduce does) and bandwidth (64 MiB one way and both ways, and a 2-rank
-// ring allreduce of 128 MiB built from one reduce-scatter and one allgather step), for shm
-// and tcp, spinning (TANDEM_SPIN_US=50) and blocking at once (TANDEM_SPIN_US=0). The "(cpu)"
-// lines divide by the busier rank's CPU time instead of wall time: on a shared machine they
-// show what a transfer costs regardless of who else runs.
+// ). Prints latency (ping-pong round trip, one-way = half of it, the two-way 8-byte
+// exchange an allreduce does, and a one-way stream of 8-byte messages) and bandwidth (64 MiB one
+// way and both ways, and a 2-rank ring allreduce of 128 MiB built from one reduce-scatter and one
+// allgather step), for shm and tcp, spinning (TANDEM_SPIN_US=50) and blocking at once
+// (TANDEM_SPIN_US=0). The "(cpu)" lines divide by the busier rank's CPU time instead of wall time:
+// on a shared machine they show what a transfer costs regardless of who else runs.
 //
 // Do not raise the priority of the ranks (nice -20) to shield them from other load: loopback
 // tcp is processed in softirq context, often by ksoftirqd, and starving it stalls every
@@ -121,6 +121,21 @@ void bench(const RankContext& ctx, const LinkParam& link, std::chrono::microseco
       mesh.wait(both, dl());
     }
     if (warm == 1) report("8 B exchange+reduce (allreduce)", (now_s() - t0) / iters * 1e6, "us");
+  }
+  // A stream of 8 B messages one way, one request each (what an in-place broadcast leaves to
+  // the transport): against bench/latency/run.sh's broadcast loop, what the layers above add.
+  for (int warm = 0; warm < 2; ++warm) {
+    sync(mesh, peer);
+    const double t0 = now_s();
+    const int stream = 50 * iters;
+    for (int i = 0; i < stream; ++i) {
+      Request q =
+          ctx.rank == 0 ? Request::make_send(peer, 7, x, 8) : Request::make_recv(peer, 7, y, 8);
+      mesh.post(q);
+      mesh.wait(q, dl());
+    }
+    sync(mesh, peer);
+    if (warm == 1) report("8 B stream one way, per message", (now_s() - t0) / stream * 1e6, "us");
   }
 
   // ---- bandwidth ----
