@@ -175,9 +175,7 @@ void Monitor::run(const ProgressRecord& published) {
     const bool held = mine.entered == seen_entered && mine.done == seen_done;
     seen_entered = mine.entered;
     seen_done = mine.done;
-    const bool settled =
-        held || (mine.inside() &&
-                 Clock::now() - Clock::time_point(Clock::duration(start_.load())) >= interval_ / 2);
+    const bool settled = held || (mine.inside() && age() >= interval_ / 2);
     if (settled && (mine.entered != published_entered || mine.done != published_done)) {
       publish(progress_key(rank_), mine.encode());
       published_entered = mine.entered;
@@ -185,8 +183,7 @@ void Monitor::run(const ProgressRecord& published) {
     }
     if (mine.inside()) probe_mismatch(mine);
     if (stall_warn_.count() > 0 && mine.inside() && mine.entered != warned_) {
-      const auto started = Clock::time_point(Clock::duration(start_.load()));
-      if (Clock::now() - started >= stall_warn_) {
+      if (age() >= stall_warn_) {
         warned_ = mine.entered;
         try {
           report_stall(mine);
@@ -257,8 +254,7 @@ void Monitor::probe_mismatch(const ProgressRecord& mine) {
     probed_entered_ = mine.entered;
     next_probe_ = kFirstProbe;
   }
-  const auto started = Clock::time_point(Clock::duration(start_.load()));
-  if (Clock::now() - started < next_probe_) return;
+  if (age() < next_probe_) return;
   next_probe_ *= 2;
   {
     std::lock_guard lock(mutex_);

@@ -107,6 +107,10 @@ class Monitor : public std::enable_shared_from_this<Monitor> {
   void end_write() noexcept { version_.store(++written_, std::memory_order_release); }
 
   void run(const ProgressRecord& published);
+  /// How long the collective last entered has been running (meaningful while inside it).
+  Clock::duration age() const noexcept {
+    return Clock::now() - Clock::time_point(Clock::duration(start_.load()));
+  }
   void publish(const std::string& key, const std::string& text) noexcept;
   void report_stall(const ProgressRecord& mine);
   /// Every rank's record: its failure record if it published one, else its progress.

@@ -67,7 +67,7 @@ bool Endpoint::progress_sends() {
       s->msg_bytes = r->bytes;
       s->seq.store(++sent_, std::memory_order_release);
       if (++send_slot_ == out_.slot_count) send_slot_ = 0;
-      if (cold_sends_ != 0 && r->bytes > kInlineBytes && !out_.small_message(r->bytes)) {
+      if (cold_sends_ != 0 && out_.data_message(r->bytes)) {
         // First lap through the data areas: the next slot's page is walked while this
         // message is on its way, not when the next one is written.
         --cold_sends_;
@@ -115,7 +115,7 @@ bool Endpoint::progress_recvs() {
       }
       r->done += chunk;
       if (++recv_slot_ == in_.slot_count) recv_slot_ = 0;
-      if (cold_recvs_ != 0 && !inline_msg && !in_.small_message(r->bytes)) {
+      if (cold_recvs_ != 0 && in_.data_message(r->bytes)) {
         --cold_recvs_;
         __builtin_prefetch(in_.slot_data(recv_slot_), 0);
       }

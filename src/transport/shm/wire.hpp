@@ -100,6 +100,11 @@ struct ChannelView {
   bool small_message(std::uint64_t msg_bytes) const noexcept {
     return msg_bytes <= kSmallBytes && msg_bytes <= slot_bytes;
   }
+  /// Whether a message of `msg_bytes` goes through the slots' data areas (neither in its
+  /// header nor in a small area).
+  bool data_message(std::uint64_t msg_bytes) const noexcept {
+    return msg_bytes > kInlineBytes && !small_message(msg_bytes);
+  }
   /// Where the chunk in slot `index` of a message of `msg_bytes` lies.
   std::byte* chunk_data(std::uint32_t index, std::uint64_t msg_bytes) const noexcept {
     return small_message(msg_bytes) ? small + index * kSmallBytes : slot_data(index);
