@@ -47,10 +47,10 @@ void wait_all(transport::Mesh& mesh, std::initializer_list<Batch*> batches, Dead
 }
 
 void sendrecv(transport::Mesh& mesh, Request& send, Request& recv, Deadline deadline) {
-  mesh.post(recv);
-  mesh.post(send);
-  std::array<Request*, 2> both{&recv, &send};
-  mesh.wait(both, deadline);
+  // The send first: where the link moves it at once, the peer's message may have arrived
+  // meanwhile and the receive completes without a wait.
+  std::array<Request*, 2> both{&send, &recv};
+  mesh.transfer(both, deadline);
 }
 
 std::size_t call_bytes(const Call& call) noexcept {

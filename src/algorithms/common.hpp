@@ -165,7 +165,8 @@ inline void progress(transport::Mesh& mesh) {
 /// Waits for every request of the batches (all must have been posted).
 void wait_all(transport::Mesh& mesh, std::initializer_list<Batch*> batches, Deadline deadline);
 
-/// Posts `recv` then `send` and waits for both: one exchange step.
+/// Moves `send` and `recv` (Mesh::transfer(), the send first) and waits for both: one
+/// exchange step.
 void sendrecv(transport::Mesh& mesh, Request& send, Request& recv, Deadline deadline);
 
 /// Message size in bytes by which the selector chooses (what one rank contributes or, for

@@ -9,8 +9,6 @@
 #include <tandem/communicator.hpp>
 #include <tandem/error.hpp>
 
-#include <optional>
-
 namespace tandem {
 namespace {
 
@@ -45,23 +43,30 @@ void set_deadline(const Impl& impl, comm::Op& x, const CallOptions& o) noexcept 
   if (o.deadline && *o.deadline < c.deadline) c.deadline = *o.deadline;
 }
 
-// The operation of this call: this thread's memo of the same call, renewed in place (no copy
-// on the latency path; only this thread's next call changes it), or `fresh`, built, checked
-// and memoised when it can be repeated.
-comm::Op& make_op(const Impl& impl, CollectiveKind kind, const BufferView& in,
-                  const BufferView& out, ReduceOp op, int root, std::span<const std::size_t> counts,
-                  const CallOptions& o, std::optional<comm::Op>& fresh) {
-  const bool memo = counts.empty() && o.algorithm.empty() && impl.id.size > 1;
-  if (memo) {
-    Checked& m = last_checked;
-    const auto& mc = m.made.call;
-    if (m.serial == impl.serial && mc.kind == kind && mc.op == op && mc.root == root &&
-        same_view(m.in, in) && same_view(m.out, out)) {
-      set_deadline(impl, m.made, o);
-      return m.made;
-    }
-  }
-  comm::Op& x = fresh.emplace();
+bool memoisable(const Impl& impl, std::span<const std::size_t> counts,
+                const CallOptions& o) noexcept {
+  return counts.empty() && o.algorithm.empty() && impl.id.size > 1;
+}
+
+// This thread's memo of the same call, its deadline renewed in place (no copy on the latency
+// path; only this thread's next call changes it), or null.
+comm::Op* repeated(const Impl& impl, CollectiveKind kind, const BufferView& in,
+                   const BufferView& out, ReduceOp op, int root,
+                   std::span<const std::size_t> counts, const CallOptions& o) noexcept {
+  if (!memoisable(impl, counts, o)) return nullptr;
+  Checked& m = last_checked;
+  const auto& mc = m.made.call;
+  if (m.serial != impl.serial || mc.kind != kind || mc.op != op || mc.root != root ||
+      !same_view(m.in, in) || !same_view(m.out, out))
+    return nullptr;
+  set_deadline(impl, m.made, o);
+  return &m.made;
+}
+
+// The operation of a call not repeated: built, checked and memoised when it can be repeated.
+comm::Op make_op(const Impl& impl, CollectiveKind kind, const BufferView& in, const BufferView& out,
+                 ReduceOp op, int root, std::span<const std::size_t> counts, const CallOptions& o) {
+  comm::Op x;
   auto& c = x.call;
   c.kind = kind;
   c.in = in;
@@ -88,28 +93,44 @@ comm::Op& make_op(const Impl& impl, CollectiveKind kind, const BufferView& in,
   }
   x.algorithm =
       &impl.config.policy.choose(algorithms::Registry::builtin(), c, impl.id.size, o.algorithm);
-  if (memo) last_checked = {impl.serial, in, out, x};
+  if (memoisable(impl, counts, o)) last_checked = {impl.serial, in, out, x};
   return x;
 }
 
+// A call that is not its thread's last one again, in a frame of its own: the repeated
+// call's frame holds no operation (zeroing one cost the latency path 24 stores).
+[[gnu::noinline]] void run_new(Impl& impl, CollectiveKind kind, const BufferView& in,
+                               const BufferView& out, ReduceOp op, int root,
+                               std::span<const std::size_t> counts, const CallOptions& o,
+                               std::uint32_t tag) {
+  comm::Op x = make_op(impl, kind, in, out, op, root, counts, o);
+  x.user_tag = tag;
+  impl.run_blocking(x, counts);
+}
+
+// `tag`: send/recv's, which the memo does not key (it is part of no check).
 void run(Impl& impl, CollectiveKind kind, const BufferView& in, const BufferView& out, ReduceOp op,
-         int root, std::span<const std::size_t> counts, const CallOptions& o) {
-  std::optional<comm::Op> fresh;
-  impl.run_blocking(make_op(impl, kind, in, out, op, root, counts, o, fresh), counts);
+         int root, std::span<const std::size_t> counts, const CallOptions& o,
+         std::uint32_t tag = 0) {
+  if (comm::Op* x = repeated(impl, kind, in, out, op, root, counts, o)) {
+    x->user_tag = tag;
+    impl.run_blocking(*x, counts);
+  } else {
+    run_new(impl, kind, in, out, op, root, counts, o, tag);
+  }
 }
 
 std::shared_ptr<Work> submit(Impl& impl, CollectiveKind kind, const BufferView& in,
                              const BufferView& out, ReduceOp op, int root,
-                             std::span<const std::size_t> counts, const CallOptions& o) {
-  std::optional<comm::Op> fresh;
-  return impl.submit(make_op(impl, kind, in, out, op, root, counts, o, fresh), counts);
-}
-
-comm::Op& make_p2p(const Impl& impl, CollectiveKind kind, const BufferView& buf, int peer,
-                   std::uint32_t tag, const CallOptions& o, std::optional<comm::Op>& fresh) {
-  comm::Op& x = make_op(impl, kind, buf, buf, ReduceOp::sum, peer, {}, o, fresh);
+                             std::span<const std::size_t> counts, const CallOptions& o,
+                             std::uint32_t tag = 0) {
+  if (comm::Op* x = repeated(impl, kind, in, out, op, root, counts, o)) {
+    x->user_tag = tag;
+    return impl.submit(*x, counts);
+  }
+  comm::Op x = make_op(impl, kind, in, out, op, root, counts, o);
   x.user_tag = tag;
-  return x;
+  return impl.submit(x, counts);
 }
 
 }  // namespace
@@ -220,22 +241,18 @@ std::shared_ptr<Work> Communicator::scatter_async(BufferView in, BufferView out,
 
 // ---- point to point ------------------------------------------------------------------------
 void Communicator::send(BufferView buf, int peer, std::uint32_t tag, const CallOptions& o) {
-  std::optional<comm::Op> fresh;
-  impl_->run_blocking(make_p2p(*impl_, CollectiveKind::send, buf, peer, tag, o, fresh), {});
+  run(*impl_, CollectiveKind::send, buf, buf, ReduceOp::sum, peer, {}, o, tag);
 }
 void Communicator::recv(BufferView buf, int peer, std::uint32_t tag, const CallOptions& o) {
-  std::optional<comm::Op> fresh;
-  impl_->run_blocking(make_p2p(*impl_, CollectiveKind::recv, buf, peer, tag, o, fresh), {});
+  run(*impl_, CollectiveKind::recv, buf, buf, ReduceOp::sum, peer, {}, o, tag);
 }
 std::shared_ptr<Work> Communicator::send_async(BufferView buf, int peer, std::uint32_t tag,
                                                const CallOptions& o) {
-  std::optional<comm::Op> fresh;
-  return impl_->submit(make_p2p(*impl_, CollectiveKind::send, buf, peer, tag, o, fresh), {});
+  return submit(*impl_, CollectiveKind::send, buf, buf, ReduceOp::sum, peer, {}, o, tag);
 }
 std::shared_ptr<Work> Communicator::recv_async(BufferView buf, int peer, std::uint32_t tag,
                                                const CallOptions& o) {
-  std::optional<comm::Op> fresh;
-  return impl_->submit(make_p2p(*impl_, CollectiveKind::recv, buf, peer, tag, o, fresh), {});
+  return submit(*impl_, CollectiveKind::recv, buf, buf, ReduceOp::sum, peer, {}, o, tag);
 }
 
 // ---- barrier -------------------------------------------------------------------------------

@@ -268,6 +268,9 @@ struct Communicator::Impl {
   /// Runs one operation on this thread (the caller owns the mesh). Throws its Error.
   /// `now`: the current time, when the caller just read it.
   void execute(const comm::Op& op, Clock::time_point now = {});
+  /// execute()'s failure, from its catch block: records, reports and poisons, then throws
+  /// the error that says what happened.
+  [[noreturn, gnu::cold]] void failed(const comm::Op& op, std::uint64_t ticket);
   /// "<op> failed: <what>": records the first failure as the poison (aborting the mesh
   /// unless the mesh failed by itself) and returns the message. `owns_mesh`: the calling
   /// thread owns the mesh and makes it forget the requests posted when the failure struck.

@@ -23,6 +23,20 @@ std::string_view to_string(RequestKind k) noexcept {
   return "?";
 }
 
+void Mesh::transfer(std::span<Request* const> rs, Deadline deadline) {
+  std::size_t posted = 0;
+  try {
+    for (Request* r : rs) {
+      post(*r);
+      ++posted;
+    }
+  } catch (const Error& e) {
+    if (posted != 0) abort(e);  // none may stay pending
+    throw;
+  }
+  wait(rs, deadline);
+}
+
 std::string_view to_string(Link l) noexcept {
   switch (l) {
     case Link::self:

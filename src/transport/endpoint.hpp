@@ -107,6 +107,10 @@ class Endpoint {
   /// Moves whatever can move without blocking; true when anything moved. Throws Error on a
   /// mismatch, a protocol violation or a lost peer.
   virtual bool progress() = 0;
+  /// Completes `r` (reset, not posted) at once when the link can do so without queueing it:
+  /// nothing of its kind is queued with this peer and it moves in one step. False: nothing
+  /// moved, post it. Throws as progress() does.
+  virtual bool complete_now(Request& /*r*/) { return false; }
   /// Before a normal close: delivers to the peer what completed sends left in flight (a
   /// transport whose sends complete before the peer has the data), until `deadline`.
   virtual void flush(Deadline /*deadline*/) noexcept {}

@@ -32,8 +32,7 @@ const PeerInfo& MeshImpl::peer_info(int peer) const {
   return peers_[static_cast<std::size_t>(peer)];
 }
 
-void MeshImpl::post(Request& r) {
-  throw_if_poisoned();
+void MeshImpl::check_request(const Request& r) const {
   if constexpr (kCheckQueues) {
     // Before its links are reset: reposting a pending request would cut its queue.
     for (const Endpoint* ep : active_) {
@@ -44,22 +43,65 @@ void MeshImpl::post(Request& r) {
                      to_string(r.kind), r.bytes, ep->peer());
     }
   }
+  const bool valid =
+      r.peer >= 0 && r.peer < size() && r.peer != rank_ &&
+      (r.bytes == 0 || (r.kind == RequestKind::send ? r.src != nullptr : r.dst != nullptr)) &&
+      (r.kind != RequestKind::recv_reduce ||
+       ((r.src != nullptr || r.bytes == 0) && r.bytes % dtype_size(r.dtype) == 0));
+  if (!valid) [[unlikely]]
+    throw_invalid(r);
+}
+
+void MeshImpl::throw_invalid(const Request& r) const {
   TANDEM_CHECK_ARG(r.peer >= 0 && r.peer < size() && r.peer != rank_,
                    "cannot {} rank {}: peers are 0..{} except this rank ({})", to_string(r.kind),
                    r.peer, size() - 1, rank_);
   TANDEM_CHECK_ARG(
       r.bytes == 0 || (r.kind == RequestKind::send ? r.src != nullptr : r.dst != nullptr),
       "{} of {} bytes with rank {} has a null buffer", to_string(r.kind), r.bytes, r.peer);
-  TANDEM_CHECK_ARG(
-      r.kind != RequestKind::recv_reduce ||
-          ((r.src != nullptr || r.bytes == 0) && r.bytes % dtype_size(r.dtype) == 0),
-      "recv_reduce of {} bytes of {} from rank {} needs a local input of whole elements", r.bytes,
-      tandem::to_string(r.dtype), r.peer);
+  TANDEM_THROW(ErrorCode::InvalidArgument,
+               "recv_reduce of {} bytes of {} from rank {} needs a local input of whole elements",
+               r.bytes, tandem::to_string(r.dtype), r.peer);
+}
+
+namespace {
+
+void reset(Request& r) noexcept {
   r.done = 0;
   r.complete = false;
   r.next = nullptr;
   r.priv[0] = r.priv[1] = 0;
+}
+
+}  // namespace
+
+void MeshImpl::post(Request& r) {
+  throw_if_poisoned();
+  check_request(r);
+  reset(r);
   endpoints_[static_cast<std::size_t>(r.peer)]->post(r);
+}
+
+void MeshImpl::transfer(std::span<Request* const> rs, Deadline deadline) {
+  throw_if_poisoned();
+  for (const Request* r : rs) check_request(*r);
+  bool queued = false;
+  try {
+    for (Request* r : rs) {
+      reset(*r);
+      // A request behind a queued one of its kind (same peer) is queued too: complete_now()
+      // declines it, so the FIFO order holds.
+      Endpoint& ep = *endpoints_[static_cast<std::size_t>(r->peer)];
+      if (!ep.complete_now(*r)) {
+        ep.post(*r);
+        queued = true;
+      }
+    }
+  } catch (...) {
+    waiting_ = rs;
+    fail_current();
+  }
+  if (queued) wait(rs, deadline);
 }
 
 bool MeshImpl::test(std::span<Request* const> rs) {

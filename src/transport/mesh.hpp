@@ -131,6 +131,16 @@ class Mesh {
     Request* p = &r;
     wait(std::span<Request* const>(&p, 1), deadline);
   }
+  /// post() of every request of `rs` in order, then wait(): for requests the caller has
+  /// nothing to overlap with. A transport may move a request at once instead of queueing it
+  /// (shm: a message of one chunk with nothing queued before it), so that a small message
+  /// costs neither a queue nor a progress pass. Requests are checked before any is posted;
+  /// a failure leaves none pending (the mesh is poisoned, as by wait()).
+  virtual void transfer(std::span<Request* const> rs, Deadline deadline);
+  void transfer(Request& r, Deadline deadline) {
+    Request* p = &r;
+    transfer(std::span<Request* const>(&p, 1), deadline);
+  }
 
   /// Without waiting: throws Error(PeerLost) naming a peer whose control connection says it
   /// died, Error(Aborted) for one that aborted, or the error that poisoned the mesh (which

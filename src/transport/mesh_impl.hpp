@@ -88,12 +88,18 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
   void post(Request& r) override;
   bool test(std::span<Request* const> rs) override;
   void wait(std::span<Request* const> rs, Deadline deadline) override;
+  void transfer(std::span<Request* const> rs, Deadline deadline) override;
   void check_alive() override;
   void abort(const Error& error) noexcept override;
   std::exception_ptr error() const noexcept override;
   void close() noexcept override;
 
  private:
+  /// Throws InvalidArgument for a request no transport could run (a bad peer, a null
+  /// buffer), Internal for one still pending (debug builds).
+  void check_request(const Request& r) const;
+  [[noreturn, gnu::cold]] void throw_invalid(const Request& r) const;
+
   // ---- waiting (mesh_wait.cpp) ---------------------------------------------------------
   void run_wait(std::span<Request* const> rs, Deadline deadline);
   /// One progress pass over every busy endpoint; whether anything moved.

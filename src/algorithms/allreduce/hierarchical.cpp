@@ -66,14 +66,18 @@ class SubMesh final : public transport::Mesh {
     return parent_.peer_info(member(peer));
   }
   void post(transport::Request& r) override {
-    TANDEM_CHECK(r.peer >= 0 && r.peer < size() && r.peer != self_,
-                 "sub-rank {} is not a peer in a group of {}", r.peer, size());
+    check_peer(r);
     r.peer = member(r.peer);
     parent_.post(r);
   }
   bool test(std::span<transport::Request* const> rs) override { return parent_.test(rs); }
   void wait(std::span<transport::Request* const> rs, Deadline deadline) override {
     parent_.wait(rs, deadline);
+  }
+  void transfer(std::span<transport::Request* const> rs, Deadline deadline) override {
+    for (const transport::Request* r : rs) check_peer(*r);  // before any is translated
+    for (transport::Request* r : rs) r->peer = member(r->peer);
+    parent_.transfer(rs, deadline);
   }
   void check_alive() override { parent_.check_alive(); }
   void abort(const Error& error) noexcept override { parent_.abort(error); }
@@ -82,6 +86,10 @@ class SubMesh final : public transport::Mesh {
 
  private:
   int member(int peer) const noexcept { return members_[static_cast<std::size_t>(peer)]; }
+  void check_peer(const transport::Request& r) const {
+    TANDEM_CHECK(r.peer >= 0 && r.peer < size() && r.peer != self_,
+                 "sub-rank {} is not a peer in a group of {}", r.peer, size());
+  }
 
   transport::Mesh& parent_;
   std::vector<int> members_;

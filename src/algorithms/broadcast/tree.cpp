@@ -8,28 +8,17 @@
 namespace tandem::algorithms {
 namespace detail {
 
-void tree_broadcast(const Call& call, Context& ctx, DataType dt, const std::byte* src,
-                    std::byte* out, std::size_t count, int root) {
+namespace {
+
+// The tree itself, in a frame of its own: the two-rank path below does not pay for its
+// prologue.
+[[gnu::noinline]] void binomial_broadcast(const Call& call, Context& ctx, DataType dt,
+                                          const std::byte* src, std::byte* out, std::size_t count,
+                                          int root) {
   transport::Mesh& mesh = ctx.mesh;
   const int n = mesh.size();
   const int r = mesh.rank();
   const std::size_t es = dtype_size(dt);
-  if (r == root && n == 1) copy_bytes(out, src, count * es);
-  if (n == 1 || count == 0) return;
-  if (n == 2 && count <= chunk_elems(ctx, dt)) {
-    // Two ranks, one chunk: one request on the stack, no tree (a small broadcast's path).
-    Request q = r == root ? Request::make_send(1 - r, call.tag, src, count * es)
-                          : Request::make_recv(root, call.tag, out, count * es);
-    mesh.post(q);
-    struct InFlight {  // a wait that throws must not leave the posted request to the mesh
-      transport::Mesh& mesh;
-      const Request& q;
-      ~InFlight() { abort_if_in_flight(mesh, std::span<const Request>(&q, 1)); }
-    } guard{mesh, q};
-    if (r == root) copy_bytes(out, src, count * es);
-    mesh.wait(q, call.deadline);
-    return;
-  }
   const int vr = mod(r - root, n);
   const BinomialNode node = binomial_node(vr, n);
   const auto real = [&](int v) { return mod(v + root, n); };
@@ -57,6 +46,37 @@ void tree_broadcast(const Call& call, Context& ctx, DataType dt, const std::byte
   }
   if (r == root) copy_bytes(out, src, count * es);
   wait_all(mesh, {&recvs, &sends}, call.deadline);
+}
+
+}  // namespace
+
+void tree_broadcast(const Call& call, Context& ctx, DataType dt, const std::byte* src,
+                    std::byte* out, std::size_t count, int root) {
+  transport::Mesh& mesh = ctx.mesh;
+  const int n = mesh.size();
+  const int r = mesh.rank();
+  const std::size_t bytes = count * dtype_size(dt);
+  if (r == root && n == 1) copy_bytes(out, src, bytes);
+  if (n == 1 || count == 0) return;
+  if (n != 2 || count > chunk_elems(ctx, dt)) {
+    binomial_broadcast(call, ctx, dt, src, out, count, root);
+    return;
+  }
+  // Two ranks, one chunk: one request on the stack, no tree, moved at once where the link
+  // can (a small broadcast's path). The root's own copy follows the send.
+  Request q;
+  q.peer = 1 - r;
+  q.tag = call.tag;
+  q.bytes = bytes;
+  if (r == root) {
+    q.kind = transport::RequestKind::send;
+    q.src = src;
+  } else {
+    q.kind = transport::RequestKind::recv;
+    q.dst = out;
+  }
+  mesh.transfer(q, call.deadline);
+  if (r == root) copy_bytes(out, src, bytes);
 }
 
 }  // namespace detail

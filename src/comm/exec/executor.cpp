@@ -207,9 +207,6 @@ void Communicator::Impl::execute(const Op& op, Clock::time_point now) {
   if (collective) diag.monitor->entered(c.kind, op.shape_dtype, op.shape_count, c.root, c.seq, now);
   if (diag.trace) [[unlikely]]
     comm::trace_begin(*diag.trace, op, now);
-  ErrorCode code = ErrorCode::Internal;
-  std::string what;
-  const algorithms::Algorithm* ran = nullptr;
   try {
     if (now >= c.deadline) {
       TANDEM_THROW(ErrorCode::Timeout,
@@ -217,6 +214,7 @@ void Communicator::Impl::execute(const Op& op, Clock::time_point now) {
                    "timeout {} ms)",
                    config.timeout.count());
     }
+    const algorithms::Algorithm* ran = nullptr;
     if (!op.device.is_cpu()) {
       device_for(op.device).run(c);
     } else if (op.algorithm == nullptr) {
@@ -229,11 +227,22 @@ void Communicator::Impl::execute(const Op& op, Clock::time_point now) {
     }
     diag.last_algorithm.store(ran, std::memory_order_release);
     diag.last_on_device.store(!op.device.is_cpu(), std::memory_order_release);
-    diag.recorder.finish(ticket, true, ran != nullptr ? ran->name() : algo);
+    // The record names the algorithm that ran where the chosen one handed the call on.
+    diag.recorder.finish(ticket, true, ran != op.algorithm ? ran->name() : std::string_view());
     if (diag.trace) [[unlikely]]
       comm::trace_end(*diag.trace, op, ran, Clock::now());
     if (collective) diag.monitor->completed(c.seq);
-    return;
+  } catch (...) {
+    failed(op, ticket);
+  }
+}
+
+// Out of execute()'s frame: its strings cost the latency path stores.
+void Communicator::Impl::failed(const Op& op, std::uint64_t ticket) {
+  ErrorCode code = ErrorCode::Internal;
+  std::string what;
+  try {
+    throw;
   } catch (const Error& e) {
     code = e.code();
     what = e.message();

@@ -47,33 +47,7 @@ bool Endpoint::progress_sends() {
   bool moved = false;
   while (Request* r = sends_.front()) {
     do {
-      if (sent_ - consumed_seen_ >= out_.slot_count) {
-        consumed_seen_ = out_.header->consumed.load(std::memory_order_acquire);
-        if (sent_ - consumed_seen_ >= out_.slot_count) return moved;
-      }
-      SlotHeader* s = out_.slot(send_slot_);
-      std::size_t chunk = 0;
-      if (r->bytes <= kInlineBytes) {
-        chunk = r->bytes;
-        if (chunk != 0) std::memcpy(s->payload, r->src, chunk);
-      } else {
-        chunk =
-            static_cast<std::size_t>(std::min<std::uint64_t>(out_.slot_bytes, r->bytes - r->done));
-        std::memcpy(out_.chunk_data(send_slot_, r->bytes),
-                    static_cast<const std::byte*>(r->src) + r->done, chunk);
-      }
-      s->tag = r->tag;
-      s->chunk_bytes = static_cast<std::uint32_t>(chunk);
-      s->msg_bytes = r->bytes;
-      s->seq.store(++sent_, std::memory_order_release);
-      if (++send_slot_ == out_.slot_count) send_slot_ = 0;
-      if (cold_sends_ != 0 && out_.data_message(r->bytes)) {
-        // First lap through the data areas: the next slot's page is walked while this
-        // message is on its way, not when the next one is written.
-        --cold_sends_;
-        __builtin_prefetch(out_.slot_data(send_slot_), 1);
-      }
-      r->done += chunk;
+      if (!send_chunk(*r)) return moved;
       moved = true;
     } while (r->done < r->bytes);
     sends_.pop();
@@ -86,46 +60,90 @@ bool Endpoint::progress_recvs() {
   bool moved = false;
   while (Request* r = recvs_.front()) {
     do {
-      SlotHeader* s = in_.slot(recv_slot_);
-      if (s->seq.load(std::memory_order_acquire) != received_ + 1) return moved;
-      // Copy the header fields once: the checks and the copy below must see the same values.
-      const std::uint32_t tag = s->tag;
-      const std::uint64_t msg = s->msg_bytes;
-      const std::uint64_t chunk = s->chunk_bytes;
-      if (r->done == 0 && (tag != r->tag || msg != r->bytes))
-        throw_mismatch(*r, Link::shm, tag, msg);
-      const bool inline_msg = r->bytes <= kInlineBytes;
-      const std::uint64_t expect =
-          inline_msg ? r->bytes : std::min<std::uint64_t>(in_.slot_bytes, r->bytes - r->done);
-      if (tag != r->tag || msg != r->bytes || chunk != expect)
-        throw_protocol(peer_, Link::shm,
-                       fmt::format("chunk of {} bytes (message {} bytes, tag {:#x}) where {} "
-                                   "bytes at offset {} were due",
-                                   chunk, msg, tag, expect, r->done));
-      const std::byte* data = inline_msg ? s->payload : in_.chunk_data(recv_slot_, r->bytes);
-      auto* dst = static_cast<std::byte*>(r->dst) + r->done;
-      if (r->kind == RequestKind::recv) {
-        // A message larger than the last-level cache evicts its own first chunks: write it
-        // straight to memory rather than read every destination line first.
-        core::copy(dst, data, chunk, core::streams(r->bytes));
-      } else {
-        const std::size_t es = dtype_size(r->dtype);
-        core::reduce(dst, static_cast<const std::byte*>(r->src) + r->done, data, chunk / es,
-                     r->dtype, r->op);
-      }
-      r->done += chunk;
-      if (++recv_slot_ == in_.slot_count) recv_slot_ = 0;
-      if (cold_recvs_ != 0 && in_.data_message(r->bytes)) {
-        --cold_recvs_;
-        __builtin_prefetch(in_.slot_data(recv_slot_), 0);
-      }
-      in_.header->consumed.store(++received_, std::memory_order_release);
+      if (!recv_chunk(*r)) return moved;
       moved = true;
     } while (r->done < r->bytes);
     recvs_.pop();
     r->complete = true;
   }
   return moved;
+}
+
+bool Endpoint::complete_now(Request& r) {
+  // One chunk only: a message that moved in part could not be queued afterwards.
+  const bool send = r.kind == RequestKind::send;
+  if (r.bytes > kInlineBytes && r.bytes > (send ? out_.slot_bytes : in_.slot_bytes)) return false;
+  if (send ? !sends_.empty() || !send_chunk(r) : !recvs_.empty() || !recv_chunk(r)) return false;
+  r.complete = true;
+  wake_peer();
+  return true;
+}
+
+bool Endpoint::send_chunk(Request& r) {
+  if (sent_ - consumed_seen_ >= out_.slot_count) {
+    consumed_seen_ = out_.header->consumed.load(std::memory_order_acquire);
+    if (sent_ - consumed_seen_ >= out_.slot_count) return false;
+  }
+  SlotHeader* s = out_.slot(send_slot_);
+  std::size_t chunk = 0;
+  if (r.bytes <= kInlineBytes) {
+    chunk = r.bytes;
+    if (chunk != 0) std::memcpy(s->payload, r.src, chunk);
+  } else {
+    chunk = static_cast<std::size_t>(std::min<std::uint64_t>(out_.slot_bytes, r.bytes - r.done));
+    std::memcpy(out_.chunk_data(send_slot_, r.bytes), static_cast<const std::byte*>(r.src) + r.done,
+                chunk);
+  }
+  s->tag = r.tag;
+  s->chunk_bytes = static_cast<std::uint32_t>(chunk);
+  s->msg_bytes = r.bytes;
+  s->seq.store(++sent_, std::memory_order_release);
+  if (++send_slot_ == out_.slot_count) send_slot_ = 0;
+  if (cold_sends_ != 0 && out_.data_message(r.bytes)) {
+    // First lap through the data areas: the next slot's page is walked while this message
+    // is on its way, not when the next one is written.
+    --cold_sends_;
+    __builtin_prefetch(out_.slot_data(send_slot_), 1);
+  }
+  r.done += chunk;
+  return true;
+}
+
+bool Endpoint::recv_chunk(Request& r) {
+  SlotHeader* s = in_.slot(recv_slot_);
+  if (s->seq.load(std::memory_order_acquire) != received_ + 1) return false;
+  // Copy the header fields once: the checks and the copy below must see the same values.
+  const std::uint32_t tag = s->tag;
+  const std::uint64_t msg = s->msg_bytes;
+  const std::uint64_t chunk = s->chunk_bytes;
+  if (r.done == 0 && (tag != r.tag || msg != r.bytes)) throw_mismatch(r, Link::shm, tag, msg);
+  const bool inline_msg = r.bytes <= kInlineBytes;
+  const std::uint64_t expect =
+      inline_msg ? r.bytes : std::min<std::uint64_t>(in_.slot_bytes, r.bytes - r.done);
+  if (tag != r.tag || msg != r.bytes || chunk != expect)
+    throw_protocol(peer_, Link::shm,
+                   fmt::format("chunk of {} bytes (message {} bytes, tag {:#x}) where {} bytes "
+                               "at offset {} were due",
+                               chunk, msg, tag, expect, r.done));
+  const std::byte* data = inline_msg ? s->payload : in_.chunk_data(recv_slot_, r.bytes);
+  auto* dst = static_cast<std::byte*>(r.dst) + r.done;
+  if (r.kind == RequestKind::recv) {
+    // A message larger than the last-level cache evicts its own first chunks: write it
+    // straight to memory rather than read every destination line first.
+    core::copy(dst, data, chunk, core::streams(r.bytes));
+  } else {
+    const std::size_t es = dtype_size(r.dtype);
+    core::reduce(dst, static_cast<const std::byte*>(r.src) + r.done, data, chunk / es, r.dtype,
+                 r.op);
+  }
+  r.done += chunk;
+  if (++recv_slot_ == in_.slot_count) recv_slot_ = 0;
+  if (cold_recvs_ != 0 && in_.data_message(r.bytes)) {
+    --cold_recvs_;
+    __builtin_prefetch(in_.slot_data(recv_slot_), 0);
+  }
+  in_.header->consumed.store(++received_, std::memory_order_release);
+  return true;
 }
 
 // Pairs with Context::sleep(): the peer announces `sleeping`, fences, then checks for

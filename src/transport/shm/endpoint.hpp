@@ -24,10 +24,15 @@ class Endpoint final : public transport::Endpoint {
 
   Link link() const noexcept override { return Link::shm; }
   bool progress() override;
+  bool complete_now(Request& r) override;
 
  private:
   bool progress_sends();
   bool progress_recvs();
+  // One chunk of `r` (its next) into a free slot, or out of the slot where it arrived:
+  // whether it moved.
+  bool send_chunk(Request& r);
+  bool recv_chunk(Request& r);
   void wake_peer() noexcept;
 
   ChannelView out_;

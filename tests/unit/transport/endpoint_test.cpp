@@ -191,6 +191,69 @@ TEST(ShmEndpoint, MismatchNamesBothSides) {
   EXPECT_NE(e.message().find("16 bytes"), std::string::npos) << e.what();
 }
 
+// Mesh::transfer()'s step: a message of one chunk moves at once when nothing of its kind is
+// queued with the peer; otherwise nothing moves and the request is left to be posted.
+TEST(ShmEndpoint, CompleteNowMovesOneChunkBehindNothingQueued) {
+  ShmPair p(8 << 10);
+  const auto g = shm::geometry_for(8 << 10);
+  for (const std::size_t n : {std::size_t{0}, std::size_t{8}, shm::kInlineBytes,
+                              shm::kInlineBytes + 1, std::size_t{g.slot_bytes}}) {
+    const auto out = make_payload(0, 1, n, n);
+    std::vector<std::uint8_t> in(n, 0);
+    Request r = Request::make_recv(0, 7, in.data(), n);
+    EXPECT_FALSE(p.e1->complete_now(r)) << n << ": nothing was sent yet";
+    EXPECT_EQ(r.done, 0u);
+    Request s = Request::make_send(1, 7, out.data(), n);
+    ASSERT_TRUE(p.e0->complete_now(s)) << n;
+    EXPECT_TRUE(s.complete);
+    ASSERT_TRUE(p.e1->complete_now(r)) << n;
+    EXPECT_TRUE(r.complete);
+    EXPECT_EQ(first_bad(in, 0, 1, n), -1) << n;
+  }
+  // More than one chunk: declined on both sides, and the message still moves when posted.
+  const auto big = make_payload(0, 1, 99, g.slot_bytes + 1);
+  std::vector<std::uint8_t> big_in(big.size(), 0);
+  Request bs = Request::make_send(1, 9, big.data(), big.size());
+  Request br = Request::make_recv(0, 9, big_in.data(), big_in.size());
+  EXPECT_FALSE(p.e0->complete_now(bs));
+  EXPECT_EQ(bs.done, 0u);
+  // Behind a queued send or receive, a small one is declined: it must not overtake.
+  p.e0->post(bs);
+  p.e1->post(br);
+  std::uint8_t x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8] = {};
+  Request s = Request::make_send(1, 10, x, sizeof x);
+  Request r = Request::make_recv(0, 10, y, sizeof y);
+  EXPECT_FALSE(p.e0->complete_now(s));
+  EXPECT_FALSE(p.e1->complete_now(r));
+  p.e0->post(s);
+  p.e1->post(r);
+  drive(*p.e0, *p.e1, {&bs, &br, &s, &r});
+  EXPECT_EQ(first_bad(big_in, 0, 1, 99), -1);
+  EXPECT_EQ(std::memcmp(x, y, sizeof x), 0);
+  // A full ring declines the next send until the receiver consumes.
+  std::vector<Request> fill(g.slot_count);
+  for (auto& f : fill) {
+    f = Request::make_send(1, 11, x, sizeof x);
+    ASSERT_TRUE(p.e0->complete_now(f));
+  }
+  Request over = Request::make_send(1, 11, x, sizeof x);
+  EXPECT_FALSE(p.e0->complete_now(over));
+  Request one = Request::make_recv(0, 11, y, sizeof y);
+  ASSERT_TRUE(p.e1->complete_now(one));
+  EXPECT_TRUE(p.e0->complete_now(over));
+}
+
+TEST(ShmEndpoint, CompleteNowFindsAMismatch) {
+  ShmPair p(8 << 10);
+  std::uint8_t x[16] = {}, y[32] = {};
+  Request s = Request::make_send(1, 0x11, x, sizeof x);
+  Request r = Request::make_recv(0, 0x11, y, sizeof y);
+  ASSERT_TRUE(p.e0->complete_now(s));
+  const Error e = expect_error([&] { p.e1->complete_now(r); });
+  EXPECT_EQ(e.code(), ErrorCode::Mismatch);
+  EXPECT_NE(e.message().find("32 bytes"), std::string::npos) << e.what();
+}
+
 // ---- tcp ---------------------------------------------------------------------------------
 
 struct TcpPair {

@@ -263,6 +263,55 @@ TEST_P(Transfer, TestPollsToCompletion) {
       run_options(unique_run_id("test"))));
 }
 
+// Mesh::transfer(): every boundary size as one exchange step (the send first), and behind a
+// large transfer posted earlier in both directions, which the small ones must not overtake.
+// A request it refuses leaves nothing posted: the mesh goes on working.
+TEST_P(Transfer, TransferEverySizeInOrderBehindPostedRequests) {
+  testing::expect_all_ok(testing::run_ranks(
+      2,
+      [&](const RankContext& ctx) {
+        auto m = connect(ctx, options_for(GetParam()));
+        Mesh& mesh = *m.mesh;
+        const int peer = 1 - ctx.rank;
+        const auto until = deadline_in(std::chrono::seconds(60));
+        Request bad = Request::make_send(ctx.rank, 1, nullptr, 0);
+        Request fine = Request::make_send(peer, 1, nullptr, 0);
+        Request* refused[] = {&fine, &bad};
+        EXPECT_EQ(expect_error([&] { mesh.transfer(refused, until); }).code(),
+                  ErrorCode::InvalidArgument);
+        const auto sizes = boundary_sizes(false);
+        for (const bool behind : {false, true}) {
+          const std::uint64_t base = behind ? 1000 : 0;
+          const auto big_out = make_payload(ctx.rank, peer, base + 999, 1 << 20);
+          std::vector<std::uint8_t> big_in(big_out.size(), 0);
+          Request bs = Request::make_send(peer, 999, big_out.data(), big_out.size());
+          Request br = Request::make_recv(peer, 999, big_in.data(), big_in.size());
+          if (behind) {
+            mesh.post(br);
+            mesh.post(bs);
+          }
+          for (std::size_t k = 0; k < sizes.size(); ++k) {
+            const std::size_t n = sizes[k];
+            const auto out = make_payload(ctx.rank, peer, base + k, n);
+            std::vector<std::uint8_t> in(n, 0xEE);
+            Request s = Request::make_send(peer, static_cast<std::uint32_t>(k), out.data(), n);
+            Request r = Request::make_recv(peer, static_cast<std::uint32_t>(k), in.data(), n);
+            Request* step[] = {&s, &r};
+            mesh.transfer(step, until);
+            ASSERT_TRUE(s.complete && r.complete) << n;
+            EXPECT_EQ(first_bad(in, peer, ctx.rank, base + k), -1) << n << " bytes";
+          }
+          if (behind) {
+            // The first small receive completed only after the large one before it.
+            EXPECT_TRUE(br.complete);
+            mesh.wait(bs, until);
+            EXPECT_EQ(first_bad(big_in, peer, ctx.rank, base + 999), -1);
+          }
+        }
+      },
+      run_options(unique_run_id("xfer"))));
+}
+
 INSTANTIATE_TEST_SUITE_P(Links, Transfer, ::testing::Values(kShm, kTcp, kTcpStriped), link_name);
 
 TEST(MeshSingle, OneRankNeedsNoStore) {
