@@ -26,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -193,6 +194,18 @@ struct Queue {
   bool wanted = false;
   std::size_t active = 0;  ///< operations taken by the worker, not yet completed
   std::thread worker;
+  /// Ownership biased to the thread that created the communicator (executor.cpp). A locked
+  /// instruction waits for every store before it, and the last store of a small call is a
+  /// slot line the peer is polling: the claim and release of the mesh cost an 8 B broadcast
+  /// 6-12 ns of its ~95. While `biased_to` names a thread, kOwned stays set on its behalf,
+  /// and that thread claims the mesh by setting `bias_busy` and checking `bias_revoked` with
+  /// a compiler barrier only; any other use of the state word first revokes the bias for
+  /// good (unbias(): sets `bias_revoked`, an asymmetric fence, waits for `bias_busy` to
+  /// clear, gives kOwned up). Null where there are no asymmetric fences or one rank.
+  std::atomic<const void*> biased_to{nullptr};
+  std::atomic<bool> bias_busy{false};
+  std::atomic<bool> bias_revoked{false};
+  std::mutex bias_mutex;  ///< one revocation at a time
   /// Point-to-point operations the worker posted that are not complete (worker only).
   std::vector<std::shared_ptr<OpWork>> in_flight;
 };
@@ -239,6 +252,9 @@ struct Communicator::Impl {
   comm::Config config;
   std::unique_ptr<transport::Mesh> mesh;  ///< null when size == 1
   algorithms::Scratch scratch;
+  /// What algorithms run against (set up with the mesh; `ran` is reset by each call): made
+  /// once, not per call.
+  std::optional<algorithms::Context> context;
   /// Runs the calls on device memory (device/backend.hpp); made at the first one, by the
   /// thread that owns the mesh. `device_live` lets poison() on another thread abort it.
   std::unique_ptr<comm::DeviceBackend> device_backend;
@@ -265,9 +281,18 @@ struct Communicator::Impl {
   void run_blocking(comm::Op& op, std::span<const std::size_t> counts);
   /// Queues the call for the worker thread and returns its Work.
   std::shared_ptr<Work> submit(const comm::Op& op, std::span<const std::size_t> counts);
+  /// Biases the mesh's ownership to the calling thread (Queue::biased_to). Only while no
+  /// other thread can reach the communicator: at the end of its setup.
+  void bias_to_caller();
+  /// Revokes the bias, if any, waiting for the biased thread's call in progress to end;
+  /// afterwards every thread claims the mesh through the state word. Must not be called
+  /// with exec.mutex held (the call waited for may be long).
+  void unbias();
   /// Runs one operation on this thread (the caller owns the mesh). Throws its Error.
-  /// `now`: the current time, when the caller just read it.
-  void execute(const comm::Op& op, Clock::time_point now = {});
+  /// `seq`: op.call.seq as the caller has it (read back from `op` just after it was written,
+  /// wider loads that cover it wait for every store before them). `now`: the current time,
+  /// when the caller just read it.
+  void execute(const comm::Op& op, std::uint64_t seq, Clock::time_point now = {});
   /// execute()'s failure, from its catch block: records, reports and poisons, then throws
   /// the error that says what happened.
   [[noreturn, gnu::cold]] void failed(const comm::Op& op, std::uint64_t ticket);

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <deque>
+#include <thread>
 #include <vector>
 
 namespace tandem::mptest {
@@ -78,6 +79,47 @@ TEST_P(Executor, InlineAndQueuedCallsInterleaveInCallOrder) {
           wrong += wrong_sums(p.data, ctx.size, p.salt);
         }
         EXPECT_EQ(wrong, 0u);
+        EXPECT_FALSE(comm->poisoned());
+      },
+      run_options(GetParam()));
+  testing::expect_all_ok(exits);
+}
+
+// The mesh's ownership is biased to the thread that created the communicator (no locked
+// instruction on its calls) until another thread, or an asynchronous call, needs it. Here a
+// second thread calls while the creator's calls run, on every rank, with identical calls
+// (so that either thread's call may take either sequence number): the bias is revoked
+// under contention, every result is right and nothing is left waiting. Then the threads
+// take turns, and an asynchronous call follows.
+TEST_P(Executor, ASecondThreadTakesTheMeshFromTheCreatingThread) {
+  const auto exits = testing::run_ranks(
+      2,
+      [&](const testing::RankContext& ctx) {
+        auto comm = connect(ctx);
+        constexpr std::size_t kSalt = 5;
+        const auto calls = [&](int count, std::size_t n) {
+          std::size_t wrong = 0;
+          for (int i = 0; i < count; ++i) {
+            std::vector<float> data = contribution(ctx.rank, n, kSalt);
+            comm->allreduce(BufferView::of(std::span<float>(data)), ReduceOp::sum);
+            wrong += wrong_sums(data, ctx.size, kSalt);
+          }
+          return wrong;
+        };
+        std::size_t wrong = calls(50, 2);  // the creator alone: biased
+        std::size_t other_wrong = 0;
+        std::thread other([&] { other_wrong = calls(400, 2); });
+        wrong += calls(400, 2);
+        other.join();
+        EXPECT_EQ(wrong, 0u);
+        EXPECT_EQ(other_wrong, 0u);
+        std::thread([&] { other_wrong = calls(20, 1000); }).join();
+        EXPECT_EQ(other_wrong, 0u);
+        EXPECT_EQ(calls(20, 3), 0u);
+        std::vector<float> data = contribution(ctx.rank, 64, 9);
+        auto v = BufferView::of(std::span<float>(data));
+        comm->allreduce_async(v, v, ReduceOp::sum)->wait(deadline_in(60s));
+        EXPECT_EQ(wrong_sums(data, ctx.size, 9), 0u);
         EXPECT_FALSE(comm->poisoned());
       },
       run_options(GetParam()));

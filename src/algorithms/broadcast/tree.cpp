@@ -64,17 +64,13 @@ void tree_broadcast(const Call& call, Context& ctx, DataType dt, const std::byte
   }
   // Two ranks, one chunk: one request on the stack, no tree, moved at once where the link
   // can (a small broadcast's path). The root's own copy follows the send.
-  Request q;
-  q.peer = 1 - r;
-  q.tag = call.tag;
-  q.bytes = bytes;
-  if (r == root) {
-    q.kind = transport::RequestKind::send;
-    q.src = src;
-  } else {
-    q.kind = transport::RequestKind::recv;
-    q.dst = out;
-  }
+  const bool sends = r == root;
+  Request q{.kind = sends ? transport::RequestKind::send : transport::RequestKind::recv,
+            .peer = 1 - r,
+            .tag = call.tag,
+            .src = sends ? src : nullptr,
+            .dst = sends ? nullptr : out,
+            .bytes = bytes};
   mesh.transfer(q, call.deadline);
   if (r == root) copy_bytes(out, src, bytes);
 }

@@ -68,11 +68,13 @@ class Monitor : public std::enable_shared_from_this<Monitor> {
   void entered(CollectiveKind kind, DataType dtype, std::size_t count, int root, std::uint64_t seq,
                Clock::time_point start) noexcept {
     begin_write();
-    kind_.store(static_cast<std::uint32_t>(kind) | static_cast<std::uint32_t>(dtype) << 8,
-                std::memory_order_relaxed);
-    root_.store(root, std::memory_order_relaxed);
-    count_.store(count, std::memory_order_relaxed);
-    start_.store(start.time_since_epoch().count(), std::memory_order_relaxed);
+    // A repeated call changes only the sequence number (and the coarse start time every few
+    // milliseconds): the fields it leaves as they were are not written again (each store
+    // costs a small collective, whose last store waits for a line the peer polls).
+    update(kind_, static_cast<std::uint32_t>(kind) | static_cast<std::uint32_t>(dtype) << 8);
+    update(root_, root);
+    update(count_, count);
+    update(start_, start.time_since_epoch().count());
     entered_.store(seq + 1, std::memory_order_relaxed);
     end_write();
   }
@@ -101,10 +103,18 @@ class Monitor : public std::enable_shared_from_this<Monitor> {
   // One writer at a time (the thread that owns the mesh; ownership passes with acquire and
   // release), so plain stores suffice: no read-modify-write on the collectives' path.
   void begin_write() noexcept {
-    version_.store(++written_, std::memory_order_relaxed);
+    version_.store(written_ + 1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_release);
   }
-  void end_write() noexcept { version_.store(++written_, std::memory_order_release); }
+  void end_write() noexcept {
+    written_ += 2;
+    version_.store(written_, std::memory_order_release);
+  }
+  template <class T, class V>
+  static void update(std::atomic<T>& field, V value) noexcept {
+    if (field.load(std::memory_order_relaxed) != static_cast<T>(value))
+      field.store(static_cast<T>(value), std::memory_order_relaxed);
+  }
 
   void run(const ProgressRecord& published);
   /// How long the collective last entered has been running (meaningful while inside it).

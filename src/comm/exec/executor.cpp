@@ -9,6 +9,7 @@
 #include "comm/diag/verify.hpp"
 #include "comm/exec/local.hpp"
 #include "comm/impl.hpp"
+#include "core/futex.hpp"
 
 #include <tandem/error.hpp>
 #include <tandem/log.hpp>
@@ -17,6 +18,7 @@
 
 #include <algorithm>
 #include <system_error>
+#include <thread>
 
 namespace tandem {
 
@@ -74,12 +76,61 @@ std::uint64_t sequence_step(const Op& op) noexcept {
   return comm::is_p2p(op.call.kind) ? 0 : comm::Queue::kSeqOne;
 }
 
+// Each thread's own address: what Queue::biased_to names.
+thread_local const char this_thread_token = 0;
+
 }  // namespace
 
+void Communicator::Impl::bias_to_caller() {
+  if (id.size == 1 || !core::asymmetric_fences()) return;
+  exec.state.fetch_or(comm::Queue::kOwned, std::memory_order_relaxed);
+  exec.biased_to.store(&this_thread_token, std::memory_order_release);
+}
+
+void Communicator::Impl::unbias() {
+  if (exec.biased_to.load(std::memory_order_acquire) == nullptr) return;
+  std::lock_guard guard(exec.bias_mutex);
+  if (exec.biased_to.load(std::memory_order_relaxed) == nullptr) return;  // revoked meanwhile
+  // A Dekker pair: the biased thread sets bias_busy, then reads bias_revoked, with a compiler
+  // barrier between; this side sets bias_revoked, then reads bias_busy, with a barrier on
+  // every running thread of the process between. One of the two sees the other.
+  exec.bias_revoked.store(true, std::memory_order_relaxed);
+  core::heavy_fence();
+  // Its call in progress, if any, ends by its deadline. Revoking happens once per
+  // communicator at most: yield, then sleep briefly while it runs.
+  for (int i = 0; exec.bias_busy.load(std::memory_order_acquire); ++i) {
+    if (i < 1000)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  exec.state.fetch_and(~comm::Queue::kOwned, std::memory_order_release);
+  exec.biased_to.store(nullptr, std::memory_order_release);
+}
+
 void Communicator::Impl::run_blocking(Op& op, std::span<const std::size_t> counts) {
+  const std::uint64_t step = sequence_step(op);
+  if (exec.biased_to.load(std::memory_order_relaxed) == &this_thread_token) {
+    // The mesh is biased to this thread: nothing else touches the state word until it is
+    // revoked, and a revocation waits for bias_busy to clear.
+    exec.bias_busy.store(true, std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    if (!exec.bias_revoked.load(std::memory_order_relaxed)) {
+      struct Release {
+        Impl* self;
+        ~Release() { self->exec.bias_busy.store(false, std::memory_order_release); }
+      } release{this};
+      const std::uint64_t s = exec.state.load(std::memory_order_relaxed);
+      exec.state.store(s + step, std::memory_order_relaxed);
+      assign_sequence(op, s);
+      execute(op, s / comm::Queue::kSeqOne, op.issued);  // just made: no clock read
+      return;
+    }
+    exec.bias_busy.store(false, std::memory_order_release);
+  }
+  unbias();  // another thread's bias, or this one's being revoked
   // Nothing queued or running: claim the mesh and the sequence number in one step and run
   // on this thread, without a lock.
-  const std::uint64_t step = sequence_step(op);
   std::uint64_t s = exec.state.load(std::memory_order_relaxed);
   while ((s & (comm::Queue::kOwned | comm::Queue::kQueued)) == 0) {
     if (exec.state.compare_exchange_weak(s, (s + step) | comm::Queue::kOwned,
@@ -89,7 +140,7 @@ void Communicator::Impl::run_blocking(Op& op, std::span<const std::size_t> count
         Impl* self;
         ~Release() { self->release_mesh(); }
       } release{this};
-      execute(op, op.issued);  // just made: no second clock read on the latency path
+      execute(op, s / comm::Queue::kSeqOne, op.issued);  // just made: no clock read
       return;
     }
   }
@@ -131,6 +182,7 @@ void Communicator::Impl::run_blocking(Op& op, std::span<const std::size_t> count
 
 std::shared_ptr<Work> Communicator::Impl::submit(const Op& op,
                                                  std::span<const std::size_t> counts) {
+  unbias();  // the worker will claim the mesh through the state word
   std::shared_ptr<OpWork> work;
   bool wake = true;
   {
@@ -151,6 +203,8 @@ std::shared_ptr<Work> Communicator::Impl::submit(const Op& op,
 
 std::shared_ptr<OpWork> Communicator::Impl::enqueue(const Op& op,
                                                     std::span<const std::size_t> counts) {
+  TANDEM_CHECK(exec.biased_to.load(std::memory_order_relaxed) == nullptr,
+               "an operation was queued while the mesh was biased to a thread");
   auto work = std::make_shared<OpWork>(op, counts, config.timeout);
   work->helper = wait_helper;
   start_worker();
@@ -190,7 +244,7 @@ void Communicator::Impl::start_worker() {
   }
 }
 
-void Communicator::Impl::execute(const Op& op, Clock::time_point now) {
+void Communicator::Impl::execute(const Op& op, std::uint64_t seq, Clock::time_point now) {
   if (failure.poisoned.load(std::memory_order_acquire)) throw_poisoned(op);
   const auto& c = op.call;
   if (now == Clock::time_point{}) now = Clock::now();
@@ -198,13 +252,13 @@ void Communicator::Impl::execute(const Op& op, Clock::time_point now) {
                                 : op.device.is_cpu()    ? std::string_view("local")
                                                         : std::string_view("device");
   const auto ticket =
-      diag.recorder.start(c.kind, op.shape_dtype, op.shape_count, c.root, c.seq, algo, now);
+      diag.recorder.start(c.kind, op.shape_dtype, op.shape_count, c.root, seq, algo, now);
 #ifdef TANDEM_NO_CALL_CHECKS
   const bool collective = false;
 #else
   const bool collective = diag.monitor && !comm::is_p2p(c.kind);
 #endif
-  if (collective) diag.monitor->entered(c.kind, op.shape_dtype, op.shape_count, c.root, c.seq, now);
+  if (collective) diag.monitor->entered(c.kind, op.shape_dtype, op.shape_count, c.root, seq, now);
   if (diag.trace) [[unlikely]]
     comm::trace_begin(*diag.trace, op, now);
   try {
@@ -221,17 +275,22 @@ void Communicator::Impl::execute(const Op& op, Clock::time_point now) {
       comm::run_local(c);
     } else {
       if (config.verify_calls && !comm::is_p2p(c.kind)) comm::verify_call(*mesh, c);
-      algorithms::Context ctx{*mesh, scratch, config.chunk_bytes};
+      algorithms::Context& ctx = *context;
+      ctx.ran = nullptr;
       op.algorithm->run(c, ctx);
       ran = ctx.ran != nullptr ? ctx.ran : op.algorithm;
     }
-    diag.last_algorithm.store(ran, std::memory_order_release);
-    diag.last_on_device.store(!op.device.is_cpu(), std::memory_order_release);
+    // Stored only when they change: a repeated call's stores are what it waits for.
+    if (diag.last_algorithm.load(std::memory_order_relaxed) != ran)
+      diag.last_algorithm.store(ran, std::memory_order_release);
+    const bool on_device = !op.device.is_cpu();
+    if (diag.last_on_device.load(std::memory_order_relaxed) != on_device)
+      diag.last_on_device.store(on_device, std::memory_order_release);
     // The record names the algorithm that ran where the chosen one handed the call on.
     diag.recorder.finish(ticket, true, ran != op.algorithm ? ran->name() : std::string_view());
     if (diag.trace) [[unlikely]]
       comm::trace_end(*diag.trace, op, ran, Clock::now());
-    if (collective) diag.monitor->completed(c.seq);
+    if (collective) diag.monitor->completed(seq);
   } catch (...) {
     failed(op, ticket);
   }

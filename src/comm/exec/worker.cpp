@@ -177,7 +177,7 @@ void Communicator::Impl::complete(const std::shared_ptr<OpWork>& work, std::exce
 void Communicator::Impl::run_collective(const std::shared_ptr<OpWork>& work) {
   std::exception_ptr thrown;
   try {
-    execute(work->op);
+    execute(work->op, work->op.call.seq);
   } catch (...) {
     thrown = std::current_exception();
   }

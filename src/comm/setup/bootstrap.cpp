@@ -348,6 +348,8 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
                               e.message()),
                   __FILE__, __LINE__);
     }
+    impl->context.emplace(
+        algorithms::Context{*impl->mesh, impl->scratch, impl->config.chunk_bytes});
     find_local(*impl->mesh, impl->id);
     impl->config.hosts = algorithms::HostLayout::of(*impl->mesh);
     apply_tuning(*impl);
@@ -364,6 +366,7 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
     });
   }
   log_summary(*impl);
+  impl->bias_to_caller();  // before any other thread can reach it
   return impl;
 }
 
