@@ -129,8 +129,12 @@ bool Endpoint::recv_chunk(Request& r) {
   auto* dst = static_cast<std::byte*>(r.dst) + r.done;
   if (r.kind == RequestKind::recv) {
     // A message larger than the last-level cache evicts its own first chunks: write it
-    // straight to memory rather than read every destination line first.
-    core::copy(dst, data, chunk, core::streams(r.bytes));
+    // straight to memory rather than read every destination line first. One in its header
+    // is a few bytes: no such question.
+    if (inline_msg)
+      std::memcpy(dst, data, chunk);
+    else
+      core::copy(dst, data, chunk, core::streams(r.bytes));
   } else {
     const std::size_t es = dtype_size(r.dtype);
     core::reduce(dst, static_cast<const std::byte*>(r.src) + r.done, data, chunk / es, r.dtype,
