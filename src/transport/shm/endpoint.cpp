@@ -131,10 +131,11 @@ bool Endpoint::recv_chunk(Request& r) {
     // A message larger than the last-level cache evicts its own first chunks: write it
     // straight to memory rather than read every destination line first. One in its header
     // is a few bytes: no such question.
-    if (inline_msg)
-      std::memcpy(dst, data, chunk);
-    else
+    if (inline_msg) {
+      if (chunk != 0) std::memcpy(dst, data, chunk);  // an empty receive may have no buffer
+    } else {
       core::copy(dst, data, chunk, core::streams(r.bytes));
+    }
   } else {
     const std::size_t es = dtype_size(r.dtype);
     core::reduce(dst, static_cast<const std::byte*>(r.src) + r.done, data, chunk / es, r.dtype,
