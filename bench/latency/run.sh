@@ -8,6 +8,7 @@
 #   ROUNDS=5 CALLS=3000000 bench/latency/run.sh
 #
 # BUILD_DIR (default: <repo>/build) must hold bin/tandemrun and lib/libtandem.so (make build).
+# Every run is killed after RUN_TIMEOUT seconds (default 900), so nothing hangs.
 # Installs Debian's openmpi-bin and libopenmpi-dev when mpicc.openmpi is missing (as root).
 set -euo pipefail
 
@@ -34,8 +35,9 @@ mpicc.openmpi -O2 -o "$OUT/bcast_loop_mpi" "$here/bcast_loop.c"
 
 for r in $(seq "$ROUNDS"); do
   echo "round $r"
-  for cell in 64 32 16; do "$OUT/ring_cells" "$cell" 64 5000000; done
-  "$BUILD_DIR/bin/tandemrun" --nproc-per-node 2 "$OUT/bcast_loop" "$CALLS"
-  mpirun.openmpi --allow-run-as-root -np 2 --bind-to none --mca pml ob1 --mca btl self,vader \
-    "$OUT/bcast_loop_mpi" "$CALLS"
+  for cell in 64 32 16; do timeout -k 5 "$RUN_TIMEOUT" "$OUT/ring_cells" "$cell" 64 5000000; done
+  timeout -k 5 "$RUN_TIMEOUT" "$BUILD_DIR/bin/tandemrun" --nproc-per-node 2 \
+    "$OUT/bcast_loop" "$CALLS"
+  timeout -k 5 "$RUN_TIMEOUT" mpirun.openmpi --allow-run-as-root -np 2 --bind-to none \
+    --mca pml ob1 --mca btl self,vader "$OUT/bcast_loop_mpi" "$CALLS"
 done

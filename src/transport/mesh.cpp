@@ -43,25 +43,17 @@ void MeshImpl::check_request(const Request& r) const {
                      to_string(r.kind), r.bytes, ep->peer());
     }
   }
-  const bool valid =
-      r.peer >= 0 && r.peer < size() && r.peer != rank_ &&
-      (r.bytes == 0 || (r.kind == RequestKind::send ? r.src != nullptr : r.dst != nullptr)) &&
-      (r.kind != RequestKind::recv_reduce ||
-       ((r.src != nullptr || r.bytes == 0) && r.bytes % dtype_size(r.dtype) == 0));
-  if (!valid) [[unlikely]]
-    throw_invalid(r);
-}
-
-void MeshImpl::throw_invalid(const Request& r) const {
   TANDEM_CHECK_ARG(r.peer >= 0 && r.peer < size() && r.peer != rank_,
                    "cannot {} rank {}: peers are 0..{} except this rank ({})", to_string(r.kind),
                    r.peer, size() - 1, rank_);
   TANDEM_CHECK_ARG(
       r.bytes == 0 || (r.kind == RequestKind::send ? r.src != nullptr : r.dst != nullptr),
       "{} of {} bytes with rank {} has a null buffer", to_string(r.kind), r.bytes, r.peer);
-  TANDEM_THROW(ErrorCode::InvalidArgument,
-               "recv_reduce of {} bytes of {} from rank {} needs a local input of whole elements",
-               r.bytes, tandem::to_string(r.dtype), r.peer);
+  TANDEM_CHECK_ARG(
+      r.kind != RequestKind::recv_reduce ||
+          ((r.src != nullptr || r.bytes == 0) && r.bytes % dtype_size(r.dtype) == 0),
+      "recv_reduce of {} bytes of {} from rank {} needs a local input of whole elements", r.bytes,
+      tandem::to_string(r.dtype), r.peer);
 }
 
 namespace {

@@ -98,7 +98,6 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
   /// Throws InvalidArgument for a request no transport could run (a bad peer, a null
   /// buffer), Internal for one still pending (debug builds).
   void check_request(const Request& r) const;
-  [[noreturn, gnu::cold]] void throw_invalid(const Request& r) const;
 
   // ---- waiting (mesh_wait.cpp) ---------------------------------------------------------
   void run_wait(std::span<Request* const> rs, Deadline deadline);

@@ -72,7 +72,7 @@ void tree_broadcast(const Call& call, Context& ctx, DataType dt, const std::byte
             .dst = sends ? nullptr : out,
             .bytes = bytes};
   mesh.transfer(q, call.deadline);
-  if (r == root) copy_bytes(out, src, bytes);
+  if (sends) copy_bytes(out, src, bytes);
 }
 
 }  // namespace detail
