@@ -25,13 +25,15 @@
 #
 # Environment: MIN MAX FACTOR ITERS WARMUP NP COLLECTIVES (as tandem-perf's -b -e -f -n -w), ROUNDS,
 # SMALL_MAX SMALL_ITERS SMALL_WARMUP (sizes up to SMALL_MAX, default 8K, run in a pass of their
-# own with 2000 iterations after 200 warm-up),
+# own with 2000 iterations after 200 warm-up), MID_MAX MID_ITERS MID_WARMUP (the sizes above
+# SMALL_MAX up to MID_MAX, default 2M, in a second pass with 200 iterations after 20 warm-up;
+# ITERS and WARMUP are the larger sizes'),
 # LIBS (default "tandem openmpi mpich gloo"), OUT (default <repo>/build/bench-all), BUILD_DIR
 # (default <repo>/build; holds bin/tandemrun and bin/tandem-perf), RUN_TIMEOUT (seconds per
 # run, default 900), PLOT_TITLE, UPDATE_DOCS=1 (copy busbw.png to docs/bench-busbw.png and
 # results.md into docs/benchmarks.md between <!-- bench-all:begin --> and <!-- bench-all:end -->).
 # Writes $OUT/results.{md,csv,json}, $OUT/busbw.png, the merged tables and, in
-# $OUT/round<k>-small and -large, every pass's own tables.
+# $OUT/round<k>-small, -mid and -large, every pass's own tables.
 # Installs the libraries from Debian when missing (as root): openmpi-bin libopenmpi-dev, mpich
 # libmpich-dev, libgloo-dev, gnuplot-nox.
 set -euo pipefail
@@ -46,6 +48,10 @@ export MPI_ALGOS=${MPI_ALGOS:-sweep} ROUNDS=${ROUNDS:-3}
 # Sizes up to SMALL_MAX run in a pass of their own with SMALL_ITERS iterations: the mean of 20
 # sub-microsecond calls mostly measures how slowly the first ones start.
 SMALL_MAX=${SMALL_MAX:-8K} SMALL_ITERS=${SMALL_ITERS:-2000} SMALL_WARMUP=${SMALL_WARMUP:-200}
+# Sizes above that up to MID_MAX too: 20 calls of a few microseconds are over in 0.1 ms, so one
+# preemption of either rank by the VM's own processes (30-60 us) or a first call's page faults
+# decide their mean; 200 calls average that out and still take under a second per size.
+MID_MAX=${MID_MAX:-2M} MID_ITERS=${MID_ITERS:-200} MID_WARMUP=${MID_WARMUP:-20}
 COLLECTIVES=${COLLECTIVES:-"allreduce broadcast allgather"}
 LIBS=${LIBS:-"tandem openmpi mpich gloo"}
 
@@ -74,11 +80,16 @@ case $ROUNDS in
   '' | *[!0-9]* | 0) echo "run-all.sh: ROUNDS must be a whole number ≥ 1 (got '$ROUNDS')" >&2; exit 2 ;;
 esac
 min_b=$(numfmt --from=iec "$MIN") && max_b=$(numfmt --from=iec "$MAX") &&
-  split_b=$(numfmt --from=iec "$SMALL_MAX") ||
-  { echo "run-all.sh: MIN, MAX and SMALL_MAX are sizes such as 8, 32K, 128M" >&2; exit 2; }
-# The first size of the sequence MIN, MIN x FACTOR, ... above SMALL_MAX.
-first_large=$(awk -v s="$min_b" -v f="$FACTOR" -v m="$split_b" \
-  'BEGIN { if (f <= 1) exit 1; while (s <= m) s *= f; printf "%d", s }') ||
+  split_b=$(numfmt --from=iec "$SMALL_MAX") && mid_b=$(numfmt --from=iec "$MID_MAX") ||
+  { echo "run-all.sh: MIN, MAX, SMALL_MAX and MID_MAX are sizes such as 8, 32K, 128M" >&2; exit 2; }
+[ "$mid_b" -ge "$split_b" ] ||
+  { echo "run-all.sh: MID_MAX ($MID_MAX) must be at least SMALL_MAX ($SMALL_MAX)" >&2; exit 2; }
+# The first size of the sequence MIN, MIN x FACTOR, ... above $1.
+first_above() {
+  awk -v s="$min_b" -v f="$FACTOR" -v m="$1" \
+    'BEGIN { if (f <= 1) exit 1; while (s <= m) s *= f; printf "%d", s }'
+}
+first_mid=$(first_above "$split_b") && first_large=$(first_above "$mid_b") ||
   { echo "run-all.sh: FACTOR must be above 1 (got '$FACTOR')" >&2; exit 2; }
 mkdir -p "$OUT"
 rm -f "$OUT"/*.txt "$OUT"/*.json "$OUT"/*.dat "$OUT"/results.* "$OUT"/busbw.png
@@ -129,6 +140,9 @@ for round in $(seq 1 "$ROUNDS"); do
     if [ "$min_b" -le "$split_b" ]; then
       run_pass small "${all[0]}" "$((max_b < split_b ? max_b : split_b))" "$SMALL_ITERS" "$SMALL_WARMUP"
     fi
+    if [ "$first_mid" -le "$max_b" ] && [ "$first_mid" -le "$mid_b" ]; then
+      run_pass mid "$first_mid" "$((max_b < mid_b ? max_b : mid_b))" "$MID_ITERS" "$MID_WARMUP"
+    fi
     if [ "$first_large" -le "$max_b" ]; then
       run_pass large "$first_large" "${all[1]}" "${all[2]}" "${all[3]}"
     fi
@@ -155,7 +169,8 @@ done
   has gloo && echo "Gloo=$(dpkg-query -W -f '${Version}' libgloo-dev 2>/dev/null || echo unknown) (Debian libgloo-dev)"
   echo "CPU=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -1), $(nproc) cores"
   echo "kernel=$(uname -r)"
-  echo "params=ranks $NP, ITERS $ITERS ($SMALL_ITERS up to $SMALL_MAX), WARMUP $WARMUP ($SMALL_WARMUP)," \
+  echo "params=ranks $NP, ITERS $ITERS ($SMALL_ITERS up to $SMALL_MAX, $MID_ITERS up to $MID_MAX)," \
+    "WARMUP $WARMUP ($SMALL_WARMUP, $MID_WARMUP)," \
     "MPI_ALGOS $MPI_ALGOS, ROUNDS $ROUNDS (median)"
 } >"$OUT/versions.txt"
 
