@@ -48,28 +48,43 @@ void cma_disable() noexcept {
   g_state.store(2, std::memory_order_relaxed);
 }
 
-bool cma_read(int pid, void* dst, const void* remote, std::size_t bytes) noexcept {
-  auto* to = static_cast<char*>(dst);
-  const auto* from = static_cast<const char*>(remote);
+namespace {
+
+// process_vm_readv (write false) or process_vm_writev (write true) of `bytes` between `local`
+// here and `remote` in process `pid`, resumed after a partial transfer.
+bool cma_move(bool write, int pid, char* local, char* remote, std::size_t bytes) noexcept {
   while (bytes > 0) {
-    iovec local{to, bytes};
-    iovec peer{const_cast<char*>(from), bytes};
-    const ssize_t n = ::process_vm_readv(pid, &local, 1, &peer, 1, 0);
+    iovec here{local, bytes};
+    iovec there{remote, bytes};
+    const ssize_t n = write ? ::process_vm_writev(pid, &here, 1, &there, 1, 0)
+                            : ::process_vm_readv(pid, &here, 1, &there, 1, 0);
     if (n <= 0) {
       const int err = n < 0 ? errno : EIO;
       if (n < 0 && err == EINTR) continue;
       if (g_state.exchange(2, std::memory_order_relaxed) != 2)
         TANDEM_INFO(algo,
-                    "cross-memory attach refused (process_vm_readv of pid {}: {}); broadcast and "
-                    "allgather copy through shared memory from now on",
-                    pid, std::strerror(err));
+                    "cross-memory attach refused ({} of pid {}: {}); broadcast and allgather copy "
+                    "through shared memory from now on",
+                    write ? "process_vm_writev" : "process_vm_readv", pid, std::strerror(err));
       return false;
     }
-    to += n;
-    from += n;
+    local += n;
+    remote += n;
     bytes -= static_cast<std::size_t>(n);
   }
   return true;
+}
+
+}  // namespace
+
+bool cma_read(int pid, void* dst, const void* remote, std::size_t bytes) noexcept {
+  return cma_move(false, pid, static_cast<char*>(dst),
+                  const_cast<char*>(static_cast<const char*>(remote)), bytes);
+}
+
+bool cma_write(int pid, void* remote, const void* src, std::size_t bytes) noexcept {
+  return cma_move(true, pid, const_cast<char*>(static_cast<const char*>(src)),
+                  static_cast<char*>(remote), bytes);
 }
 
 }  // namespace tandem::algorithms::detail

@@ -24,5 +24,8 @@ void cma_disable() noexcept;
 /// cannot complete it (then CMA is off for this process from now on); `dst` is then partly
 /// written at most.
 bool cma_read(int pid, void* dst, const void* remote, std::size_t bytes) noexcept;
+/// Copies `bytes` from `src` into `remote` in process `pid` (process_vm_writev: the same
+/// permission as a read). False as for cma_read(); `remote` is then partly written at most.
+bool cma_write(int pid, void* remote, const void* src, std::size_t bytes) noexcept;
 
 }  // namespace tandem::algorithms::detail

@@ -29,10 +29,14 @@ constexpr std::size_t kAllreduceSmallBytes = 16u << 10;  // below: recursive_dou
 // over TCP it was level at 16 KiB and 27 % slower at 64 KiB (docs/tuning.md).
 constexpr std::size_t kAllreduceSmallBytesTwoRanks = 64u << 10;
 constexpr std::size_t kAllreduceDirectBytes = 1u << 20;  // from here: direct
-// From here: direct (one copy: from a registered source's mapping, else by cross-memory attach
-// below 1 MiB, broadcast/direct.cpp). Measured on 2 ranks (tandem-perf -n 1000, 2026-11-26):
-// 64 KiB 3.3 against the ring's 3.7-4.2 us, 256 KiB 9.0 against 13-16, 512 KiB 16.6 against
-// 23-34; level at 32 KiB.
+// From here: direct (one copy: from a registered source's mapping, else by cross-memory attach,
+// the root writing 1/n itself when in place; broadcast/direct.cpp). Measured on 2 ranks
+// (tandem-perf -n 2000, 3 runs, 2026-11-27), out of place / in place: 64 KiB 3.5-3.8 against
+// the tree's 3.8-4.4 us / 2.6-2.7 against 4.0-6.1; 32 KiB 2.4-2.5 against 2.3 / 1.8-1.9
+// against 2.2-2.3 (`tandem-perf --tune`, which times out of place, keeps the tree there).
+// From 1 MiB (-n 30) against the ring: in place 1 MiB 18-20 against 53-58 us, 16 MiB
+// 0.79-0.87 against 1.24-1.29 ms; out of place 1 MiB 50-70 against 101-125 us, 64 MiB
+// 13.4-14.9 against 14.2-14.9 ms.
 constexpr std::size_t kBroadcastDirectBytes = 64u << 10;
 constexpr std::size_t kReduceSmallBytes = 64u << 10;  // below: tree
 // Result size; from here: direct (one copy from each peer's input: mapped when registered,

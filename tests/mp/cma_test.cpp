@@ -1,9 +1,10 @@
-// Broadcast and allgather of plain (unregistered) buffers read with cross-memory attach
-// (algorithms/cma.hpp): every size across the thresholds, in place and out of place, every root,
+// Broadcast and allgather of plain (unregistered) buffers read (and, by a broadcast's root in
+// place, written) with cross-memory attach (algorithms/cma.hpp): every size across the
+// thresholds and around the root's part, in place and out of place, every root,
 // against a reference; a rank with CMA off makes every rank agree on the ring (allgather, or a
-// broadcast from it) or asks for the data (a broadcast to it); and a read the kernel refuses
-// (a non-dumpable peer, a reader without CAP_SYS_PTRACE) falls back to sending that block and
-// turns CMA off on the reader.
+// broadcast from it) or asks for the data (a broadcast to it); and a read or a root's write the
+// kernel refuses (a non-dumpable peer, a caller without CAP_SYS_PTRACE) falls back to sending
+// that part and turns CMA off on the caller.
 
 #include "algorithms/cma.hpp"
 
@@ -27,8 +28,8 @@
 namespace tandem::mptest {
 namespace {
 
-// Element counts (f32) around the thresholds: 16 KiB of allgather result, 64 KiB and 1 MiB
-// of broadcast, awkward and not.
+// Element counts (f32) around the thresholds: 16 KiB of allgather result, 64 KiB of broadcast,
+// the 1 MiB where a broadcast once turned to the ring, awkward and not.
 const std::size_t kCounts[] = {1, 1031, 4096, 16383, 16384, 65537, 262143, 300007};
 
 std::uint32_t g_seed = 1;
@@ -54,7 +55,8 @@ std::string check_allgather(Communicator& comm, std::size_t count, bool in_place
   return difference(out, want);
 }
 
-std::string check_broadcast(Communicator& comm, std::size_t count, int root, bool in_place) {
+std::string check_broadcast(Communicator& comm, std::size_t count, int root, bool in_place,
+                            const CallOptions& o = {}) {
   const std::uint32_t seed = ++g_seed;
   Buffer want(DataType::f32, count);
   for (std::size_t i = 0; i < count; ++i) want.set(i, data_value(DataType::f32, root, i, seed));
@@ -64,9 +66,9 @@ std::string check_broadcast(Communicator& comm, std::size_t count, int root, boo
   if (comm.rank() == root) std::memcpy(in.data(), want.data(), want.bytes());
   if (in_place) {
     if (comm.rank() == root) std::memcpy(out.data(), want.data(), want.bytes());
-    comm.broadcast(out.view(), root);
+    comm.broadcast(out.view(), root, o);
   } else {
-    comm.broadcast(in.view(), out.view(), root);
+    comm.broadcast(in.view(), out.view(), root, o);
   }
   return difference(out, want);
 }
@@ -89,16 +91,42 @@ TEST(Cma, BroadcastAndAllgatherOfPlainBuffersMatchTheReference) {
               for (int root = 0; root < ctx.size; ++root) {
                 EXPECT_EQ(check_broadcast(*comm, count, root, in_place), "")
                     << "broadcast " << count << " from " << root << (in_place ? " in place" : "");
-                const std::size_t bytes = count * sizeof(float);
-                if (cma && bytes >= (64u << 10) && bytes < (1u << 20)) {
-                  EXPECT_EQ(comm->last_algorithm(), "direct");
-                }
-                if (bytes >= (1u << 20)) {
-                  EXPECT_EQ(comm->last_algorithm(), "ring");
+                // From 64 KiB: one copy at every size where CMA may be used, else the ring.
+                if (count * sizeof(float) >= (64u << 10)) {
+                  EXPECT_EQ(comm->last_algorithm(), cma ? "direct" : "ring");
                 }
               }
             }
           }
+        },
+        run_options("shm"));
+    testing::expect_all_ok(exits);
+  }
+}
+
+// A root broadcasting in place writes the last 1/n of the data (whole 64-byte lines) into the
+// others' outputs while they read the rest: every split, from none (under 64 bytes a rank) to
+// lines and bytes left over, on 2-4 ranks, every root, in place and out of place.
+TEST(Cma, DirectBroadcastOfEveryAwkwardSizeMatchesTheReference) {
+  const std::size_t counts[] = {1, 15, 16, 17, 31, 32, 33, 47, 48, 49, 64, 65, 4099, 65537};
+  CallOptions direct;
+  direct.algorithm = "direct";
+  for (int world : {2, 3, 4}) {
+    const auto exits = testing::run_ranks(
+        world,
+        [&](const testing::RankContext& ctx) {
+          auto comm = connect(ctx);
+          const bool cma = algorithms::detail::cma_usable();
+          for (std::size_t count : counts) {
+            for (bool in_place : {true, false}) {
+              for (int root = 0; root < ctx.size; ++root) {
+                EXPECT_EQ(check_broadcast(*comm, count, root, in_place, direct), "")
+                    << "broadcast " << count << " from " << root << (in_place ? " in place" : "");
+                EXPECT_EQ(comm->last_algorithm(), cma ? "direct" : "ring");
+              }
+            }
+          }
+          EXPECT_EQ(algorithms::detail::cma_usable(), cma) << "no read or write was refused";
         },
         run_options("shm"));
     testing::expect_all_ok(exits);
@@ -140,17 +168,22 @@ void drop_ptrace_capability() {
   ASSERT_EQ(::syscall(SYS_capset, &head, data), 0);
 }
 
+// Rank 1 becomes a process that rank 0 may neither read nor write: it is not dumpable, and
+// rank 0 may not override that. Then a barrier, so that no transfer starts before.
+void keep_rank0_out_of_rank1(const testing::RankContext& ctx, Communicator& comm) {
+  if (ctx.rank == 1) {
+    ASSERT_EQ(::prctl(PR_SET_DUMPABLE, 0), 0);
+  }
+  if (ctx.rank == 0) drop_ptrace_capability();
+  comm.barrier();
+}
+
 TEST(Cma, ARefusedReadIsSentInsteadAndTurnsCmaOff) {
   const auto exits = testing::run_ranks(
       2,
       [&](const testing::RankContext& ctx) {
         auto comm = connect(ctx);
-        // Rank 1 cannot be read by rank 0: it is not dumpable, and rank 0 may not override that.
-        if (ctx.rank == 1) {
-          ASSERT_EQ(::prctl(PR_SET_DUMPABLE, 0), 0);
-        }
-        if (ctx.rank == 0) drop_ptrace_capability();
-        comm->barrier();
+        keep_rank0_out_of_rank1(ctx, *comm);
         const bool before = algorithms::detail::cma_usable();
         const std::size_t count = 65537;
         EXPECT_EQ(check_allgather(*comm, count, false), "");
@@ -164,6 +197,36 @@ TEST(Cma, ARefusedReadIsSentInsteadAndTurnsCmaOff) {
           EXPECT_EQ(comm->last_algorithm(), "ring");
         }
         EXPECT_EQ(check_broadcast(*comm, count, 0, true), "");
+      },
+      run_options("shm"));
+  testing::expect_all_ok(exits);
+}
+
+// The root's write into a rank it may not write (rank 1 not dumpable, rank 0 without
+// CAP_SYS_PTRACE) is sent instead, and turns CMA off on the root; rank 1's read of the rest
+// from rank 0 is allowed and stays one copy.
+TEST(Cma, ARefusedWriteIsSentInsteadAndTurnsCmaOff) {
+  const auto exits = testing::run_ranks(
+      2,
+      [&](const testing::RankContext& ctx) {
+        auto comm = connect(ctx);
+        keep_rank0_out_of_rank1(ctx, *comm);
+        const bool before = algorithms::detail::cma_usable();
+        const std::size_t count = 65537;  // 256 KiB: the root writes the last 128 KiB
+        EXPECT_EQ(check_broadcast(*comm, count, 0, true), "") << "in place from rank 0";
+        if (ctx.rank == 0) {
+          EXPECT_FALSE(algorithms::detail::cma_usable()) << "the refused write turns CMA off";
+        }
+        if (ctx.rank == 1) {
+          EXPECT_EQ(algorithms::detail::cma_usable(), before) << "rank 1's read was allowed";
+        }
+        // Later calls from either root stay right (from rank 0: the ring).
+        EXPECT_EQ(check_broadcast(*comm, count, 0, true), "");
+        if (before) {
+          EXPECT_EQ(comm->last_algorithm(), "ring");
+        }
+        EXPECT_EQ(check_broadcast(*comm, count, 1, true), "");
+        EXPECT_EQ(check_broadcast(*comm, 300007, 1, false), "");
       },
       run_options("shm"));
   testing::expect_all_ok(exits);

@@ -270,12 +270,12 @@ TEST_P(RegisteredSweep, DirectMatchesReference) {
               check_broadcast(*comm, rin, rout, t, root, n, ++seed);
               check_broadcast(*comm, rin, user_out.data(), t, root, n, ++seed);
               // The root's source unregistered: the ranks read it with cross-memory attach
-              // below 1 MiB (where the kernel lets them), else every rank falls back to the
-              // ring.
+              // (the root, in place, writing its part) where the kernel lets them, else every
+              // rank falls back to the ring.
               check_broadcast(*comm, user_in.data(), user_in.data(), t, root, n, ++seed);
               if (n > 0) {
-                const bool cma = n * dtype_size(t) < (1u << 20) && algorithms::detail::cma_usable();
-                EXPECT_EQ(comm->last_algorithm(), cma ? "direct" : "ring");
+                EXPECT_EQ(comm->last_algorithm(),
+                          algorithms::detail::cma_usable() ? "direct" : "ring");
               }
             }
           }

@@ -1,25 +1,32 @@
-// One-copy broadcast. When every rank is reached through shared memory, the root tells every
-// rank where its source lies (one 40-byte message each) and every rank copies the data
-// straight out of the root's buffer:
+// One-copy broadcast. When every rank is reached through shared memory, the root and every
+// other rank exchange one small message each way (where the root's source lies; where the
+// rank's output lies), and every rank copies the data straight out of the root's buffer:
 // - from the mapping, when the source lies in a registered buffer (Communicator::allocate;
 //   only the root's buffer needs to be registered);
 // - else with cross-memory attach (process_vm_readv, algorithms/cma.hpp) when the root may
-//   use it. A rank whose read is refused (or that has CMA off) asks the root to send instead.
-// Every rank tells the root when it is done (or what it needs), and the root returns once all
-// did, so it may reuse its buffer at once. Otherwise (a peer over TCP, or CMA off on the root
-// and the source unregistered) the call runs as a ring after that one message, every rank
-// deciding alike.
+//   use it. A root broadcasting in place has no copy of its own to make, so it writes the last
+//   1/n of the data into every rank's output itself (process_vm_writev) while the ranks read
+//   the rest: the root's core copies too, and each side moves (n-1)/n of the data. A rank
+//   whose read is refused (or that has CMA off) asks the root to send its part; a part the
+//   root could not write is sent instead.
+// Last, one byte each way: every rank tells the root it is done with the source (or what it
+// needs sent), the root tells every rank whether a part of its output follows. So the root
+// returns once every rank read its buffer, and a rank once its output is whole. Otherwise (a
+// peer over TCP, or CMA off on the root and the source unregistered) the call runs as a ring
+// after the first messages, every rank deciding alike.
 
 #include "algorithms/direct.hpp"
 
 #include "algorithms/builtin.hpp"
 
+#include <limits>
 #include <unistd.h>
 #include <vector>
 
 namespace tandem::algorithms {
 namespace {
 
+/// The root's message: where its source lies.
 struct Spot {
   std::uint32_t region = 0;  ///< 0: the root's source is not registered
   std::uint32_t cma = 0;     ///< the root's cma_tag() (0: no cross-memory attach)
@@ -27,18 +34,34 @@ struct Spot {
   std::uint64_t bytes = 0;
   std::uint64_t address = 0;  ///< the source in the root's address space
   std::int32_t pid = 0;
-  std::uint32_t reserved = 0;
+  std::uint32_t tail_lines = 0;  ///< 64-byte lines at the end the root writes itself (0: none)
 };
 static_assert(sizeof(Spot) == 40);  // a shm slot's inline payload
 
-// Cross-memory attach only below this size: from 1 MiB one rank reading alone (one copy at
-// the memory's speed) lost to the ring, whose two copies run at once on both ranks (2 ranks,
-// in place: 1 MiB 90 against 60 us, 2 MiB 232 against 147).
-constexpr std::size_t kCmaMaxBytes = 1u << 20;
+/// A rank's message to the root: where its output lies, for the root's writes.
+struct Reply {
+  std::uint64_t address = 0;
+  std::int32_t pid = 0;
+  std::uint32_t cma = 0;  ///< the rank's cma_tag()
+};
+static_assert(sizeof(Reply) == 16);
 
-// What a rank answers the root: 0 done, 1 please send the data.
+// What a rank answers the root: 0 done, 1 please send my part. The root's byte: 0 nothing
+// follows, 1 the part it could not write follows.
 constexpr std::uint8_t kDone = 0;
 constexpr std::uint8_t kSend = 1;
+
+/// The part at the end of `bytes` that the root writes into each of the n-1 other ranks'
+/// outputs: 1/n, in whole cache lines, so that its writes take as long as a rank's read of the
+/// rest. In 64-byte lines (Spot::tail_lines); 0 where that does not fit.
+std::uint32_t tail_lines(std::size_t bytes, int n) noexcept {
+  const std::size_t lines = bytes / static_cast<std::size_t>(n) / 64;
+  return lines > std::numeric_limits<std::uint32_t>::max() ? 0 : static_cast<std::uint32_t>(lines);
+}
+
+void run_root(const Call& call, transport::Mesh& mesh, std::size_t bytes, const Spot& spot,
+              Context& ctx);
+void run_peer(const Call& call, transport::Mesh& mesh, std::size_t bytes, Context& ctx);
 
 class Direct final : public Algorithm {
  public:
@@ -46,71 +69,123 @@ class Direct final : public Algorithm {
 
   void run(const Call& call, Context& ctx) const override {
     transport::Mesh& mesh = ctx.mesh;
-    const int n = mesh.size();
-    const int r = mesh.rank();
     const std::size_t bytes = call.out.bytes();
-    if (n == 1 || bytes == 0 || !detail::all_shm(mesh)) return detail::run_ring(call, ctx);
-    const auto& pool = *mesh.regions();
+    if (mesh.size() == 1 || bytes == 0 || !detail::all_shm(mesh))
+      return detail::run_ring(call, ctx);
+    if (mesh.rank() != call.root) return run_peer(call, mesh, bytes, ctx);
     Spot spot;
-    if (r == call.root) {
-      if (const auto at = pool.locate(call.in.data, bytes)) {
-        spot.region = at->region;
-        spot.offset = at->offset;
-      }
-      spot.cma = bytes < kCmaMaxBytes ? detail::cma_tag() : 0;
-      spot.bytes = bytes;
-      spot.address = reinterpret_cast<std::uintptr_t>(call.in.data);
-      spot.pid = static_cast<std::int32_t>(::getpid());
-      detail::Batch hellos(mesh, static_cast<std::size_t>(n - 1));
-      for (int p = 0; p < n; ++p)
-        if (p != r) hellos.post(transport::Request::make_send(p, call.tag, &spot, sizeof spot));
-      detail::wait_all(mesh, {&hellos}, call.deadline);
-      if (spot.region == 0 && spot.cma == 0) return detail::run_ring(call, ctx);
-      detail::copy_bytes(call.out.data, call.in.data, bytes);
-      // Every rank read the source, or says it needs it sent: the caller may overwrite it once
-      // this returns.
-      std::vector<std::uint8_t> answers(static_cast<std::size_t>(n), kDone);
-      detail::Batch dones(mesh, static_cast<std::size_t>(n - 1));
-      for (int p = 0; p < n; ++p)
-        if (p != r)
-          dones.post(
-              transport::Request::make_recv(p, call.tag, &answers[static_cast<std::size_t>(p)], 1));
-      detail::wait_all(mesh, {&dones}, call.deadline);
-      std::size_t sends = 0;
-      for (std::uint8_t a : answers) sends += a == kSend ? 1 : 0;
-      if (sends == 0) return;
-      detail::Batch data(mesh, sends);
-      for (int p = 0; p < n; ++p)
-        if (answers[static_cast<std::size_t>(p)] == kSend)
-          data.post(transport::Request::make_send(p, call.tag, call.in.data, bytes));
-      detail::wait_all(mesh, {&data}, call.deadline);
-      return;
+    if (const auto at = mesh.regions()->locate(call.in.data, bytes)) {
+      spot.region = at->region;
+      spot.offset = at->offset;
     }
-    auto hello = transport::Request::make_recv(call.root, call.tag, &spot, sizeof spot);
-    mesh.post(hello);
-    mesh.wait(hello, call.deadline);
-    if (spot.region == 0 && spot.cma == 0) return detail::run_ring(call, ctx);
-    TANDEM_CHECK(spot.bytes == bytes, "the root (rank {}) broadcasts {} bytes where {} were due",
-                 call.root, spot.bytes, bytes);
-    std::uint8_t answer = kDone;
-    if (spot.region != 0) {
-      const std::byte* src = detail::peer_buffer(mesh, call.root, spot.region, spot.offset, bytes);
-      core::copy(call.out.data, src, bytes, core::streams(bytes));
-    } else if (detail::cma_tag() != spot.cma ||
-               !detail::cma_read(spot.pid, call.out.data,
-                                 reinterpret_cast<const void*>(spot.address), bytes)) {
-      answer = kSend;
-    }
-    auto done = transport::Request::make_send(call.root, call.tag, &answer, 1);
-    mesh.post(done);
-    mesh.wait(done, call.deadline);
-    if (answer == kSend) {
-      auto data = transport::Request::make_recv(call.root, call.tag, call.out.data, bytes);
-      mesh.post(data);
-      mesh.wait(data, call.deadline);
-    }
+    const bool in_place = call.in.data == call.out.data;
+    spot.cma = detail::cma_tag();
+    spot.bytes = bytes;
+    spot.address = reinterpret_cast<std::uintptr_t>(call.in.data);
+    spot.pid = static_cast<std::int32_t>(::getpid());
+    if (spot.region == 0 && spot.cma != 0 && in_place)
+      spot.tail_lines = tail_lines(bytes, mesh.size());
+    run_root(call, mesh, bytes, spot, ctx);
   }
 };
+
+void run_root(const Call& call, transport::Mesh& mesh, std::size_t bytes, const Spot& spot,
+              Context& ctx) {
+  const int n = mesh.size();
+  const int r = mesh.rank();
+  const auto un = static_cast<std::size_t>(n);
+  std::vector<Reply> replies(un);
+  {
+    detail::Batch hello(mesh, 2 * (un - 1));
+    for (int p = 0; p < n; ++p) {
+      if (p == r) continue;
+      hello.post(transport::Request::make_send(p, call.tag, &spot, sizeof spot));
+      hello.post(transport::Request::make_recv(p, call.tag, &replies[static_cast<std::size_t>(p)],
+                                               sizeof(Reply)));
+    }
+    detail::wait_all(mesh, {&hello}, call.deadline);
+  }
+  if (spot.region == 0 && spot.cma == 0) return detail::run_ring(call, ctx);
+  detail::copy_bytes(call.out.data, call.in.data, bytes);
+  const std::size_t tail = std::size_t{spot.tail_lines} * 64;
+  const std::size_t head = bytes - tail;
+  // follows[p]: the part rank p's output still needs from this rank after the writes.
+  std::vector<std::uint8_t> follows(un, kDone);
+  std::vector<std::uint8_t> answers(un, kDone);
+  for (int p = 0; p < n; ++p) {
+    const Reply& w = replies[static_cast<std::size_t>(p)];
+    if (p == r || tail == 0 || w.cma != spot.cma) continue;
+    if (!detail::cma_write(w.pid, reinterpret_cast<void*>(w.address + head),
+                           detail::ptr(call.in.data) + head, tail))
+      follows[static_cast<std::size_t>(p)] = kSend;
+  }
+  // Every rank read the source, or says it needs its part sent: the caller may overwrite it
+  // once this returns.
+  detail::Batch last(mesh, 2 * (un - 1));
+  for (int p = 0; p < n; ++p) {
+    if (p == r) continue;
+    const auto up = static_cast<std::size_t>(p);
+    last.post(transport::Request::make_send(p, call.tag, &follows[up], 1));
+    last.post(transport::Request::make_recv(p, call.tag, &answers[up], 1));
+  }
+  detail::wait_all(mesh, {&last}, call.deadline);
+  std::size_t sends = 0;
+  for (std::size_t p = 0; p < un; ++p) sends += (answers[p] == kSend) + (follows[p] == kSend);
+  if (sends == 0) return;
+  detail::Batch data(mesh, sends);
+  for (int p = 0; p < n; ++p) {
+    const auto up = static_cast<std::size_t>(p);
+    const bool split = tail != 0 && replies[up].cma == spot.cma;
+    if (answers[up] == kSend)
+      data.post(transport::Request::make_send(p, call.tag, call.in.data, split ? head : bytes));
+    if (follows[up] == kSend)
+      data.post(transport::Request::make_send(p, call.tag, detail::ptr(call.in.data) + head, tail));
+  }
+  detail::wait_all(mesh, {&data}, call.deadline);
+}
+
+void run_peer(const Call& call, transport::Mesh& mesh, std::size_t bytes, Context& ctx) {
+  const Reply reply{reinterpret_cast<std::uintptr_t>(call.out.data),
+                    static_cast<std::int32_t>(::getpid()), detail::cma_tag()};
+  Spot spot;
+  auto out = transport::Request::make_send(call.root, call.tag, &reply, sizeof reply);
+  auto in = transport::Request::make_recv(call.root, call.tag, &spot, sizeof spot);
+  detail::sendrecv(mesh, out, in, call.deadline);
+  if (spot.region == 0 && spot.cma == 0) return detail::run_ring(call, ctx);
+  TANDEM_CHECK(spot.bytes == bytes, "the root (rank {}) broadcasts {} bytes where {} were due",
+               call.root, spot.bytes, bytes);
+  // The root writes the last tail bytes itself where it said so and this rank may be written.
+  const std::size_t tail =
+      spot.region == 0 && spot.cma == reply.cma ? std::size_t{spot.tail_lines} * 64 : 0;
+  TANDEM_CHECK(tail <= bytes, "the root (rank {}) would write {} of {} bytes", call.root, tail,
+               bytes);
+  const std::size_t head = bytes - tail;
+  std::uint8_t answer = kDone;
+  if (spot.region != 0) {
+    const std::byte* src = detail::peer_buffer(mesh, call.root, spot.region, spot.offset, bytes);
+    core::copy(call.out.data, src, bytes, core::streams(bytes));
+  } else if (reply.cma != spot.cma ||
+             !detail::cma_read(spot.pid, call.out.data, reinterpret_cast<const void*>(spot.address),
+                               head)) {
+    answer = kSend;
+  }
+  std::uint8_t follows = kDone;
+  auto done = transport::Request::make_send(call.root, call.tag, &answer, 1);
+  auto more = transport::Request::make_recv(call.root, call.tag, &follows, 1);
+  detail::sendrecv(mesh, done, more, call.deadline);
+  TANDEM_CHECK(follows == kDone || (follows == kSend && tail != 0),
+               "the root (rank {}) announced a part of {} bytes that it does not write", call.root,
+               tail);
+  if (answer == kSend) {
+    auto data = transport::Request::make_recv(call.root, call.tag, call.out.data, head);
+    mesh.transfer(data, call.deadline);
+  }
+  if (follows == kSend) {
+    auto data =
+        transport::Request::make_recv(call.root, call.tag, detail::ptr(call.out.data) + head, tail);
+    mesh.transfer(data, call.deadline);
+  }
+}
 
 }  // namespace
 
