@@ -1,10 +1,11 @@
 #pragma once
-// Cross-memory attach (process_vm_readv, Linux 3.2+): a rank copies a same-host peer's plain,
-// unregistered buffer straight into its own, one copy, where the shared-memory transport needs
-// two (into a slot, out of it). The kernel allows it where the reader may ptrace the peer
-// (the same user and Yama's ptrace_scope 0, or CAP_SYS_PTRACE); tandem never changes that.
-// A read the kernel refuses turns CMA off for this process, and the direct algorithms then
-// fall back as for unregistered buffers without it. TANDEM_CMA=0 turns it off from the start.
+// Cross-memory attach (process_vm_readv / process_vm_writev, Linux 3.2+): a rank copies a
+// same-host peer's plain, unregistered buffer straight into its own (or its own into the
+// peer's), one copy, where the shared-memory transport needs two (into a slot, out of it). The
+// kernel allows it where the caller may ptrace the peer (the same user and Yama's ptrace_scope
+// 0, or CAP_SYS_PTRACE); tandem never changes that. A read or write the kernel refuses turns
+// CMA off for this process, and the direct algorithms then fall back as for unregistered
+// buffers without it. TANDEM_CMA=0 turns it off from the start.
 
 #include <cstddef>
 #include <cstdint>

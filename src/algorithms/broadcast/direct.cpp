@@ -66,6 +66,13 @@ std::uint32_t tail_lines(std::size_t bytes, int n) noexcept {
   return lines > std::numeric_limits<std::uint32_t>::max() ? 0 : static_cast<std::uint32_t>(lines);
 }
 
+/// The bytes at the end of the data that the root writes into the output of the rank that
+/// sent `reply` (0: none, the rank copies all of it): both sides decide from the same two
+/// messages.
+std::size_t root_part(const Spot& spot, const Reply& reply) noexcept {
+  return spot.cma == reply.cma ? std::size_t{spot.tail_lines} * 64 : 0;
+}
+
 void run_root(const Call& call, transport::Mesh& mesh, std::size_t bytes, const Spot& spot,
               Context& ctx);
 void run_peer(const Call& call, transport::Mesh& mesh, std::size_t bytes, Context& ctx);
@@ -114,16 +121,16 @@ void run_root(const Call& call, transport::Mesh& mesh, std::size_t bytes, const 
   }
   if (spot.region == 0 && spot.cma == 0) return detail::run_ring(call, ctx);
   detail::copy_bytes(call.out.data, call.in.data, bytes);
-  const std::size_t tail = std::size_t{spot.tail_lines} * 64;
-  const std::size_t head = bytes - tail;
+  const std::byte* src = detail::ptr(call.in.data);
   // follows[p]: the part rank p's output still needs from this rank after the writes.
   std::vector<std::uint8_t> follows(un, kDone);
   std::vector<std::uint8_t> answers(un, kDone);
   for (int p = 0; p < n; ++p) {
     const Reply& w = replies[static_cast<std::size_t>(p)];
-    if (p == r || tail == 0 || w.cma != spot.cma) continue;
-    if (!detail::cma_write(w.pid, reinterpret_cast<void*>(w.address + head),
-                           detail::ptr(call.in.data) + head, tail))
+    const std::size_t part = root_part(spot, w);
+    if (p == r || part == 0) continue;
+    if (!detail::cma_write(w.pid, reinterpret_cast<void*>(w.address + bytes - part),
+                           src + bytes - part, part))
       follows[static_cast<std::size_t>(p)] = kSend;
   }
   // Every rank read the source, or says it needs its part sent: the caller may overwrite it
@@ -142,11 +149,11 @@ void run_root(const Call& call, transport::Mesh& mesh, std::size_t bytes, const 
   detail::Batch data(mesh, sends);
   for (int p = 0; p < n; ++p) {
     const auto up = static_cast<std::size_t>(p);
-    const bool split = tail != 0 && replies[up].cma == spot.cma;
+    const std::size_t part = root_part(spot, replies[up]);
     if (answers[up] == kSend)
-      data.post(transport::Request::make_send(p, call.tag, call.in.data, split ? head : bytes));
+      data.post(transport::Request::make_send(p, call.tag, src, bytes - part));
     if (follows[up] == kSend)
-      data.post(transport::Request::make_send(p, call.tag, detail::ptr(call.in.data) + head, tail));
+      data.post(transport::Request::make_send(p, call.tag, src + bytes - part, part));
   }
   detail::wait_all(mesh, {&data}, call.deadline);
 }
@@ -162,7 +169,7 @@ void run_peer(const Call& call, transport::Mesh& mesh, std::size_t bytes, Contex
   TANDEM_CHECK(spot.bytes == bytes, "the root (rank {}) broadcasts {} bytes where {} were due",
                call.root, spot.bytes, bytes);
   // The root writes the last tail bytes itself where it said so and this rank may be written.
-  const std::size_t tail = spot.cma == reply.cma ? std::size_t{spot.tail_lines} * 64 : 0;
+  const std::size_t tail = root_part(spot, reply);
   TANDEM_CHECK(tail <= bytes, "the root (rank {}) would write {} of {} bytes", call.root, tail,
                bytes);
   const std::size_t head = bytes - tail;
