@@ -12,7 +12,7 @@
 
 namespace tandem::algorithms::detail {
 
-/// Whether this process may try CMA (TANDEM_CMA, and no read refused so far).
+/// Whether this process may try CMA (TANDEM_CMA, and no read or write refused so far).
 bool cma_usable() noexcept;
 /// What a rank puts in its hello about CMA: 0 when it may not use it, else a nonzero tag of
 /// its pid namespace. A pid means the same process only to a peer in the same pid namespace

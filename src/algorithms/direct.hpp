@@ -15,19 +15,19 @@
 
 namespace tandem::algorithms::detail {
 
-/// Where one rank's buffers lie; region 0: not registered. Also its pid, its input's address
-/// and whether it may use cross-memory attach (algorithms/cma.hpp), for the reads of
-/// unregistered inputs. Fits a shm slot's inline payload (40 bytes).
+/// Where one rank's buffers lie: in a registered region (region nonzero) at an offset, or
+/// (region 0) at an address of its own process, with its pid and whether it may use
+/// cross-memory attach (algorithms/cma.hpp) for the reads and writes of plain buffers. Fits a
+/// shm slot's inline payload (40 bytes).
 struct Where {
   std::uint32_t in_region = 0;
   std::uint32_t out_region = 0;
-  std::uint64_t in_offset = 0;
-  std::uint64_t out_offset = 0;
-  std::uint64_t in_address = 0;
+  std::uint64_t in_at = 0;   ///< offset in in_region, or (region 0) the input's address
+  std::uint64_t out_at = 0;  ///< offset in out_region, or (region 0) the output's address
   std::int32_t pid = 0;
   std::uint32_t cma = 0;  ///< cma_tag(): 0, or its pid namespace's tag when it may use CMA
 };
-static_assert(sizeof(Where) == 40);
+static_assert(sizeof(Where) == 32);
 
 /// True when every peer is reached through shared memory (then all ranks see the same).
 inline bool all_shm(const transport::Mesh& mesh) noexcept {
@@ -76,17 +76,19 @@ inline const std::byte* peer_buffer(const transport::Mesh& mesh, int peer, std::
   return static_cast<const std::byte*>(v);
 }
 
-/// Tells every rank where this rank's input (and, with `with_out`, its output) lies and
-/// learns where theirs do: every rank's Where, indexed by rank.
+/// Tells every rank where this rank's input and output lie (the output's region only with
+/// `with_out`; else its address) and learns where theirs do: every rank's Where, by rank.
 inline std::vector<Where> exchange_where(const Call& call, transport::Mesh& mesh, bool with_out) {
   const transport::RegionSpot in = spot_of(mesh, call.in.data, call.in.bytes());
   const transport::RegionSpot out =
       with_out ? spot_of(mesh, call.out.data, call.out.bytes()) : transport::RegionSpot{};
+  const auto at = [](const transport::RegionSpot& spot, const void* p) -> std::uint64_t {
+    return spot.region != 0 ? spot.offset : reinterpret_cast<std::uintptr_t>(p);
+  };
   const Where self{in.region,
                    out.region,
-                   in.offset,
-                   out.offset,
-                   reinterpret_cast<std::uintptr_t>(call.in.data),
+                   at(in, call.in.data),
+                   at(out, call.out.data),
                    static_cast<std::int32_t>(::getpid()),
                    cma_tag()};
   std::vector<Where> where(static_cast<std::size_t>(mesh.size()));

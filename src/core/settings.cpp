@@ -24,8 +24,9 @@ constexpr std::array kSettings{
             "Shared-memory buffer per channel (per peer, per direction)."},
     Setting{"TANDEM_CHUNK_SIZE", bytes, "1M", "Pipelining chunk of the large-message algorithms."},
     Setting{"TANDEM_CMA", boolean, "1",
-            "0: ranks of one host never read each other's buffers with process_vm_readv "
-            "(cross-memory attach); broadcast and allgather then copy through shared memory."},
+            "0: ranks of one host never read or write each other's buffers with "
+            "process_vm_readv/writev (cross-memory attach); broadcast and allgather then copy "
+            "through shared memory."},
     Setting{"TANDEM_CUDA_LIBRARY", string, "",
             "The CUDA backend library loaded at the first CUDA buffer; empty: "
             "libtandem_cuda.so next to libtandem."},

@@ -1,10 +1,11 @@
-// Broadcast and allgather of plain (unregistered) buffers read (and, by a broadcast's root in
-// place, written) with cross-memory attach (algorithms/cma.hpp): every size across the
-// thresholds and around the root's part, in place and out of place, every root,
-// against a reference; a rank with CMA off makes every rank agree on the ring (allgather, or a
-// broadcast from it) or asks for the data (a broadcast to it); and a read or a root's write the
-// kernel refuses (a non-dumpable peer, a caller without CAP_SYS_PTRACE) falls back to sending
-// that part and turns CMA off on the caller.
+// Broadcast and allgather of plain (unregistered) buffers moved with cross-memory attach
+// (algorithms/cma.hpp: a broadcast's ranks read, its root in place writes its part; an
+// allgather's ranks write their blocks): every size across the thresholds, the pieces and
+// around the root's part, in place and out of place, every root, against a reference; a rank
+// with CMA off makes every rank agree on the ring (allgather, or a broadcast from it) or asks
+// for the data (a broadcast to it); and a read or a write the kernel refuses (a non-dumpable
+// peer, a caller without CAP_SYS_PTRACE) falls back to sending that part and turns CMA off on
+// the caller.
 
 #include "algorithms/cma.hpp"
 
@@ -29,8 +30,9 @@ namespace tandem::mptest {
 namespace {
 
 // Element counts (f32) around the thresholds: 16 KiB of allgather result, 64 KiB of broadcast,
-// the 1 MiB where a broadcast once turned to the ring, awkward and not.
-const std::size_t kCounts[] = {1, 1031, 4096, 16383, 16384, 65537, 262143, 300007};
+// an allgather's pieces of 256 KiB (one, one and an element, four less one), the 1 MiB where a
+// broadcast once turned to the ring, awkward and not.
+const std::size_t kCounts[] = {1, 1031, 4096, 16383, 16384, 65536, 65537, 262143, 300007};
 
 std::uint32_t g_seed = 1;
 
@@ -178,6 +180,7 @@ void keep_rank0_out_of_rank1(const testing::RankContext& ctx, Communicator& comm
   comm.barrier();
 }
 
+// Rank 1 reads the unreadable rank's buffer in a broadcast out of place from it.
 TEST(Cma, ARefusedReadIsSentInsteadAndTurnsCmaOff) {
   const auto exits = testing::run_ranks(
       2,
@@ -186,7 +189,6 @@ TEST(Cma, ARefusedReadIsSentInsteadAndTurnsCmaOff) {
         keep_rank0_out_of_rank1(ctx, *comm);
         const bool before = algorithms::detail::cma_usable();
         const std::size_t count = 65537;
-        EXPECT_EQ(check_allgather(*comm, count, false), "");
         EXPECT_EQ(check_broadcast(*comm, count, 1, false), "") << "from the unreadable rank";
         if (ctx.rank == 0) {
           EXPECT_FALSE(algorithms::detail::cma_usable()) << "the refused read turns CMA off";
@@ -197,6 +199,37 @@ TEST(Cma, ARefusedReadIsSentInsteadAndTurnsCmaOff) {
           EXPECT_EQ(comm->last_algorithm(), "ring");
         }
         EXPECT_EQ(check_broadcast(*comm, count, 0, true), "");
+      },
+      run_options("shm"));
+  testing::expect_all_ok(exits);
+}
+
+// An allgather's write into a rank it may not write: rank 0's block goes to rank 1 through
+// shared memory (from the piece that was refused on, the copy into its own output going on),
+// rank 1's write into rank 0 is allowed and stays one copy.
+TEST(Cma, AnAllgathersRefusedWriteIsSentInsteadAndTurnsCmaOff) {
+  const auto exits = testing::run_ranks(
+      2,
+      [&](const testing::RankContext& ctx) {
+        auto comm = connect(ctx);
+        keep_rank0_out_of_rank1(ctx, *comm);
+        const bool before = algorithms::detail::cma_usable();
+        const std::size_t count = 300007;  // 1.2 MB a rank: several pieces
+        EXPECT_EQ(check_allgather(*comm, count, false), "") << "out of place";
+        if (before) {
+          EXPECT_EQ(comm->last_algorithm(), "direct");
+        }
+        if (ctx.rank == 0) {
+          EXPECT_FALSE(algorithms::detail::cma_usable()) << "the refused write turns CMA off";
+        }
+        if (ctx.rank == 1) {
+          EXPECT_EQ(algorithms::detail::cma_usable(), before) << "rank 1's write was allowed";
+        }
+        // Later calls agree on the ring, and stay right.
+        EXPECT_EQ(check_allgather(*comm, count, true), "") << "in place";
+        if (before) {
+          EXPECT_EQ(comm->last_algorithm(), "ring");
+        }
       },
       run_options("shm"));
   testing::expect_all_ok(exits);

@@ -63,8 +63,8 @@ class Direct final : public Algorithm {
         continue;
       }
       const detail::Where& w = hellos[up];
-      ins[up] = detail::peer_buffer(mesh, p, w.in_region, w.in_offset, total);
-      outs[up] = detail::peer_buffer(mesh, p, w.out_region, w.out_offset, total);
+      ins[up] = detail::peer_buffer(mesh, p, w.in_region, w.in_at, total);
+      outs[up] = detail::peer_buffer(mesh, p, w.out_region, w.out_at, total);
     }
 
     // Phase 1: this rank's slice from every rank's input, its own first: in place, the

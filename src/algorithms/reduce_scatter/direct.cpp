@@ -39,7 +39,7 @@ class Direct final : public Algorithm {
       const detail::Where& w = (*where)[static_cast<std::size_t>(p)];
       ins[static_cast<std::size_t>(p)] =
           p == r ? detail::ptr(static_cast<const void*>(call.in.data))
-                 : detail::peer_buffer(mesh, p, w.in_region, w.in_offset, in_bytes);
+                 : detail::peer_buffer(mesh, p, w.in_region, w.in_at, in_bytes);
     }
     // Block r of every input, this rank's own first: in place, the output is that block.
     const ReduceOp op = detail::wire_op(call.op);
