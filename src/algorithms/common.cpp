@@ -53,6 +53,14 @@ void sendrecv(transport::Mesh& mesh, Request& send, Request& recv, Deadline dead
   mesh.transfer(both, deadline);
 }
 
+void throw_size_mismatch(const Call& call, int peer, std::uint64_t theirs) {
+  TANDEM_THROW(ErrorCode::Mismatch,
+               "{} with rank {}: this rank's input is {} bytes, rank {}'s is {} bytes. The ranks "
+               "are calling the collective with different sizes; nothing was copied into "
+               "another rank's buffer",
+               to_string(call.kind), peer, call.in.bytes(), peer, theirs);
+}
+
 std::size_t call_bytes(const Call& call) noexcept {
   switch (call.kind) {
     case CollectiveKind::broadcast:

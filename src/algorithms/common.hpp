@@ -173,4 +173,8 @@ void sendrecv(transport::Mesh& mesh, Request& send, Request& recv, Deadline dead
 /// the gathering collectives, the whole result).
 std::size_t call_bytes(const Call& call) noexcept;
 
+/// Throws Error(Mismatch): rank `peer` called the same collective as this rank (their
+/// messages' tags agree) with an input of `theirs` bytes where this rank's has call.in.bytes().
+[[noreturn]] void throw_size_mismatch(const Call& call, int peer, std::uint64_t theirs);
+
 }  // namespace tandem::algorithms::detail

@@ -26,8 +26,12 @@ struct Where {
   std::uint64_t out_at = 0;  ///< offset in out_region, or (region 0) the output's address
   std::int32_t pid = 0;
   std::uint32_t cma = 0;  ///< cma_tag(): 0, or its pid namespace's tag when it may use CMA
+  /// The input's size, the same on every rank of the collectives that tell each other
+  /// where their buffers lie: checked before anything is copied into another rank's buffer
+  /// (the call's tag hashes the size into 32 bits; this makes sure).
+  std::uint64_t in_bytes = 0;
 };
-static_assert(sizeof(Where) == 32);
+static_assert(sizeof(Where) == 40);
 
 /// True when every peer is reached through shared memory (then all ranks see the same).
 inline bool all_shm(const transport::Mesh& mesh) noexcept {
@@ -90,10 +94,15 @@ inline std::vector<Where> exchange_where(const Call& call, transport::Mesh& mesh
                    at(in, call.in.data),
                    at(out, call.out.data),
                    static_cast<std::int32_t>(::getpid()),
-                   cma_tag()};
+                   cma_tag(),
+                   call.in.bytes()};
   std::vector<Where> where(static_cast<std::size_t>(mesh.size()));
   exchange(call, mesh, &self, sizeof self, reinterpret_cast<std::byte*>(where.data()));
   where[static_cast<std::size_t>(mesh.rank())] = self;
+  for (int p = 0; p < mesh.size(); ++p) {
+    const std::uint64_t theirs = where[static_cast<std::size_t>(p)].in_bytes;
+    if (theirs != self.in_bytes) throw_size_mismatch(call, p, theirs);
+  }
   return where;
 }
 

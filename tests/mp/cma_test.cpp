@@ -5,11 +5,13 @@
 // with CMA off makes every rank agree on the ring (allgather, or a broadcast from it) or asks
 // for the data (a broadcast to it); and a read or a write the kernel refuses (a non-dumpable
 // peer, a caller without CAP_SYS_PTRACE) falls back to sending that part and turns CMA off on
-// the caller.
+// the caller; ranks whose hellos name different sizes fail before anything is copied.
 
 #include "algorithms/cma.hpp"
 
+#include "algorithms/direct.hpp"
 #include "mp_util.hpp"
+#include "transport/mesh.hpp"
 
 #include <gtest/gtest.h>
 
@@ -260,6 +262,52 @@ TEST(Cma, ARefusedWriteIsSentInsteadAndTurnsCmaOff) {
         }
         EXPECT_EQ(check_broadcast(*comm, count, 1, true), "");
         EXPECT_EQ(check_broadcast(*comm, 300007, 1, false), "");
+      },
+      run_options("shm"));
+  testing::expect_all_ok(exits);
+}
+
+// Two ranks whose calls carry the same tag (a 32-bit hash of kind, dtype, size, root and
+// sequence number) but different sizes learn it from the hello itself, before anything is
+// written into the other's buffer: both fail with Mismatch, naming the sizes. Equal sizes pass
+// and each learns the other's pid and addresses.
+TEST(Cma, HellosOfDifferentSizesFailBeforeAnyCopy) {
+  const auto exits = testing::run_ranks(
+      2,
+      [&](const testing::RankContext& ctx) {
+        auto store = ctx.store();
+        transport::MeshOptions o;
+        o.token = "cma-test-token";
+        auto mesh = transport::connect_mesh(*store, ctx.rank, ctx.size, o);
+        std::vector<float> in(ctx.rank == 0 ? 1000 : 1001);
+        std::vector<float> out(2 * in.size());
+        algorithms::Call call;
+        call.kind = CollectiveKind::allgather;
+        call.in = BufferView::of(std::span<float>(in));
+        call.out = BufferView::of(std::span<float>(out));
+        call.deadline = Clock::now() + std::chrono::seconds(30);
+        call.tag = 0x5eed;  // the same on both ranks, as a hash collision would have it
+        try {
+          (void)algorithms::detail::exchange_where(call, *mesh, false);
+          ADD_FAILURE() << "sizes 4000 and 4004 bytes passed the hello";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::Mismatch) << e.what();
+          const std::string mine = ctx.rank == 0 ? "4000" : "4004";
+          const std::string theirs = ctx.rank == 0 ? "4004" : "4000";
+          EXPECT_NE(e.message().find("input is " + mine + " bytes"), std::string::npos)
+              << e.message();
+          EXPECT_NE(e.message().find("is " + theirs + " bytes"), std::string::npos) << e.message();
+        }
+        in.resize(1000);
+        call.in = BufferView::of(std::span<float>(in));
+        call.tag = 0x5eee;
+        const auto where = algorithms::detail::exchange_where(call, *mesh, false);
+        const auto& peer = where[static_cast<std::size_t>(1 - ctx.rank)];
+        EXPECT_EQ(peer.in_bytes, 4000u);
+        EXPECT_NE(peer.pid, ::getpid());
+        EXPECT_NE(peer.in_at, 0u) << "an unregistered input: its address";
+        EXPECT_NE(peer.out_at, 0u) << "an unregistered output: its address";
+        mesh->close();
       },
       run_options("shm"));
   testing::expect_all_ok(exits);

@@ -1,5 +1,5 @@
 // One-copy allgather. When every rank is reached through shared memory, the ranks tell each
-// other where their buffers lie (32 bytes each way), and:
+// other where their buffers lie (40 bytes each way), and:
 // - when every input lies in the same registered buffer (Communicator::allocate; any offset,
 //   in place included), every rank copies every peer's block out of the mapping;
 // - else, when every rank may use cross-memory attach (algorithms/cma.hpp), every rank copies
