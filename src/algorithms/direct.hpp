@@ -5,6 +5,7 @@
 
 #include "algorithms/cma.hpp"
 #include "algorithms/common.hpp"
+#include "core/coarse_clock.hpp"
 #include "transport/regions.hpp"
 
 #include <cstddef>
@@ -132,6 +133,22 @@ inline void run_ring(const Call& call, Context& ctx) {
   TANDEM_CHECK(ring != nullptr, "the ring {} is not registered", to_string(call.kind));
   ctx.ran = ring;
   ring->run(call, ctx);
+}
+
+/// Between the pieces a rank writes into its peers' buffers (cross-memory attach): a peer
+/// gives up on the call at its deadline, or when the mesh is aborted, and may then reuse its
+/// buffer, so nothing more is written once this rank's deadline has passed (throws
+/// Error(Timeout)) or, every `alive_every` pieces, once the mesh knows a peer failed (throws
+/// as Mesh::check_alive, a poll of a few microseconds). `written`: pieces written so far.
+inline void stop_writing_if_given_up(const Call& call, transport::Mesh& mesh, std::size_t written,
+                                     std::size_t alive_every) {
+  if (core::coarse_now() >= call.deadline)
+    TANDEM_THROW(ErrorCode::Timeout,
+                 "{}: the deadline passed while this rank wrote into its peers' buffers ({} "
+                 "pieces written); it writes nothing more. Raise TANDEM_TIMEOUT if the work "
+                 "legitimately takes longer",
+                 to_string(call.kind), written);
+  if (written % alive_every == 0) mesh.check_alive();
 }
 
 /// One byte to and from every peer: nobody passes it before every rank reached it.

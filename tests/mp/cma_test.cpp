@@ -313,6 +313,58 @@ TEST(Cma, HellosOfDifferentSizesFailBeforeAnyCopy) {
   testing::expect_all_ok(exits);
 }
 
+// Between the pieces a rank writes into its peers' buffers it stops once its deadline has
+// passed (Timeout) or, when it looks, once a peer aborted (Aborted): the peer may be reusing
+// its buffer by then.
+TEST(Cma, WritesStopAtTheDeadlineOrAPeersAbort) {
+  const auto exits = testing::run_ranks(
+      2,
+      [&](const testing::RankContext& ctx) {
+        auto store = ctx.store();
+        transport::MeshOptions o;
+        o.token = "cma-test-token";
+        auto mesh = transport::connect_mesh(*store, ctx.rank, ctx.size, o);
+        std::vector<float> in(1000);
+        std::vector<float> out(2000);
+        algorithms::Call call;
+        call.kind = CollectiveKind::allgather;
+        call.in = BufferView::of(std::span<float>(in));
+        call.out = BufferView::of(std::span<float>(out));
+        call.deadline = Clock::now() + std::chrono::seconds(60);
+        // Alive and in time: no error, with and without the look at the peers.
+        algorithms::detail::stop_writing_if_given_up(call, *mesh, 3, 16);
+        algorithms::detail::stop_writing_if_given_up(call, *mesh, 16, 16);
+        const Deadline ends = call.deadline;
+        call.deadline = Clock::now() - std::chrono::seconds(1);
+        try {
+          algorithms::detail::stop_writing_if_given_up(call, *mesh, 5, 16);
+          ADD_FAILURE() << "a write went on after the deadline";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::Timeout) << e.what();
+          EXPECT_NE(e.message().find("(5 pieces written)"), std::string::npos) << e.message();
+        }
+        call.deadline = ends;
+        if (ctx.rank == 1) {
+          mesh->abort(Error(ErrorCode::Aborted, "the test's rank 1 gives up"));
+          store->wait(std::vector<std::string>{"seen"}, ends);  // until rank 0 saw it
+          return;
+        }
+        // Rank 0 looks (every piece, as the broadcast's root does) until the abort arrives.
+        ErrorCode seen = ErrorCode::Internal;
+        while (Clock::now() < ends && seen == ErrorCode::Internal) {
+          try {
+            algorithms::detail::stop_writing_if_given_up(call, *mesh, 1, 1);
+          } catch (const Error& e) {
+            seen = e.code();
+          }
+        }
+        store->set("seen", "1");
+        EXPECT_EQ(seen, ErrorCode::Aborted);
+      },
+      run_options("shm"));
+  testing::expect_all_ok(exits);
+}
+
 // A rank in another pid namespace (containers of one pod: one host, their own pids): its pid
 // means another process to its peers, so nobody reads it, or is read by it, with CMA; the
 // results stay right. Needs CAP_SYS_ADMIN for the namespace (skipped without).

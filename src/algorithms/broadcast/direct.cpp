@@ -125,13 +125,15 @@ void run_root(const Call& call, transport::Mesh& mesh, std::size_t bytes, const 
   // follows[p]: the part rank p's output still needs from this rank after the writes.
   std::vector<std::uint8_t> follows(un, kDone);
   std::vector<std::uint8_t> answers(un, kDone);
-  for (int p = 0; p < n; ++p) {
+  for (int p = 0, written = 0; p < n; ++p) {
     const Reply& w = replies[static_cast<std::size_t>(p)];
     const std::size_t part = root_part(spot, w);
     if (p == r || part == 0) continue;
+    if (written != 0) detail::stop_writing_if_given_up(call, mesh, written, 1);
     if (!detail::cma_write(w.pid, reinterpret_cast<void*>(w.address + bytes - part),
                            src + bytes - part, part))
       follows[static_cast<std::size_t>(p)] = kSend;
+    ++written;
   }
   // Every rank read the source, or says it needs its part sent: the caller may overwrite it
   // once this returns.
