@@ -267,6 +267,23 @@ TEST(Cma, ARefusedWriteIsSentInsteadAndTurnsCmaOff) {
   testing::expect_all_ok(exits);
 }
 
+// A bare shm mesh (no communicator) and an allgather's call of `in` into `out` over it, for
+// the algorithms layer's helpers.
+std::unique_ptr<transport::Mesh> bare_mesh(const testing::RankContext& ctx, store::Store& store) {
+  transport::MeshOptions o;
+  o.token = "cma-test-token";
+  return transport::connect_mesh(store, ctx.rank, ctx.size, o);
+}
+
+algorithms::Call allgather_call(std::vector<float>& in, std::vector<float>& out) {
+  algorithms::Call call;
+  call.kind = CollectiveKind::allgather;
+  call.in = BufferView::of(std::span<float>(in));
+  call.out = BufferView::of(std::span<float>(out));
+  call.deadline = Clock::now() + std::chrono::seconds(60);
+  return call;
+}
+
 // Two ranks whose calls carry the same tag (a 32-bit hash of kind, dtype, size, root and
 // sequence number) but different sizes learn it from the hello itself, before anything is
 // written into the other's buffer: both fail with Mismatch, naming the sizes. Equal sizes pass
@@ -276,16 +293,10 @@ TEST(Cma, HellosOfDifferentSizesFailBeforeAnyCopy) {
       2,
       [&](const testing::RankContext& ctx) {
         auto store = ctx.store();
-        transport::MeshOptions o;
-        o.token = "cma-test-token";
-        auto mesh = transport::connect_mesh(*store, ctx.rank, ctx.size, o);
+        auto mesh = bare_mesh(ctx, *store);
         std::vector<float> in(ctx.rank == 0 ? 1000 : 1001);
         std::vector<float> out(2 * in.size());
-        algorithms::Call call;
-        call.kind = CollectiveKind::allgather;
-        call.in = BufferView::of(std::span<float>(in));
-        call.out = BufferView::of(std::span<float>(out));
-        call.deadline = Clock::now() + std::chrono::seconds(30);
+        algorithms::Call call = allgather_call(in, out);
         call.tag = 0x5eed;  // the same on both ranks, as a hash collision would have it
         try {
           (void)algorithms::detail::exchange_where(call, *mesh, false);
@@ -321,16 +332,10 @@ TEST(Cma, WritesStopAtTheDeadlineOrAPeersAbort) {
       2,
       [&](const testing::RankContext& ctx) {
         auto store = ctx.store();
-        transport::MeshOptions o;
-        o.token = "cma-test-token";
-        auto mesh = transport::connect_mesh(*store, ctx.rank, ctx.size, o);
+        auto mesh = bare_mesh(ctx, *store);
         std::vector<float> in(1000);
         std::vector<float> out(2000);
-        algorithms::Call call;
-        call.kind = CollectiveKind::allgather;
-        call.in = BufferView::of(std::span<float>(in));
-        call.out = BufferView::of(std::span<float>(out));
-        call.deadline = Clock::now() + std::chrono::seconds(60);
+        algorithms::Call call = allgather_call(in, out);
         // Alive and in time: no error, with and without the look at the peers.
         algorithms::detail::stop_writing_if_given_up(call, *mesh, 3, 16);
         algorithms::detail::stop_writing_if_given_up(call, *mesh, 16, 16);
