@@ -349,6 +349,9 @@ TEST(Cma, WritesStopAtTheDeadlineOrAPeersAbort) {
           EXPECT_NE(e.message().find("(5 pieces written)"), std::string::npos) << e.message();
         }
         call.deadline = ends;
+        // Both ranks are past the checks above before rank 1 aborts.
+        store->set("checked" + std::to_string(ctx.rank), "1");
+        store->wait(std::vector<std::string>{"checked0", "checked1"}, ends);
         if (ctx.rank == 1) {
           mesh->abort(Error(ErrorCode::Aborted, "the test's rank 1 gives up"));
           store->wait(std::vector<std::string>{"seen"}, ends);  // until rank 0 saw it
