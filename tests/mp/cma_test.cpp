@@ -182,7 +182,7 @@ void keep_rank0_out_of_rank1(const testing::RankContext& ctx, Communicator& comm
   comm.barrier();
 }
 
-// Rank 1 reads the unreadable rank's buffer in a broadcast out of place from it.
+// Rank 0 reads the unreadable rank 1's buffer in a broadcast out of place from rank 1.
 TEST(Cma, ARefusedReadIsSentInsteadAndTurnsCmaOff) {
   const auto exits = testing::run_ranks(
       2,
