@@ -53,12 +53,13 @@ void sendrecv(transport::Mesh& mesh, Request& send, Request& recv, Deadline dead
   mesh.transfer(both, deadline);
 }
 
-void throw_size_mismatch(const Call& call, int peer, std::uint64_t theirs) {
+void throw_size_mismatch(const Call& call, int peer, std::uint64_t mine, std::uint64_t theirs) {
+  const char* what = call.kind == CollectiveKind::broadcast ? "buffer" : "input";
   TANDEM_THROW(ErrorCode::Mismatch,
-               "{} with rank {}: this rank's input is {} bytes, rank {}'s is {} bytes. The ranks "
+               "{} with rank {}: this rank's {} is {} bytes, rank {}'s is {} bytes. The ranks "
                "are calling the collective with different sizes; nothing was copied into "
                "another rank's buffer",
-               to_string(call.kind), peer, call.in.bytes(), peer, theirs);
+               to_string(call.kind), peer, what, mine, peer, theirs);
 }
 
 std::size_t call_bytes(const Call& call) noexcept {

@@ -174,7 +174,9 @@ void sendrecv(transport::Mesh& mesh, Request& send, Request& recv, Deadline dead
 std::size_t call_bytes(const Call& call) noexcept;
 
 /// Throws Error(Mismatch): rank `peer` called the same collective as this rank (their
-/// messages' tags agree) with an input of `theirs` bytes where this rank's has call.in.bytes().
-[[noreturn]] void throw_size_mismatch(const Call& call, int peer, std::uint64_t theirs);
+/// messages' tags agree) with `theirs` bytes (an allgather's input, a broadcast's buffer)
+/// where this rank has `mine`.
+[[noreturn]] void throw_size_mismatch(const Call& call, int peer, std::uint64_t mine,
+                                      std::uint64_t theirs);
 
 }  // namespace tandem::algorithms::detail

@@ -102,7 +102,7 @@ inline std::vector<Where> exchange_where(const Call& call, transport::Mesh& mesh
   where[static_cast<std::size_t>(mesh.rank())] = self;
   for (int p = 0; p < mesh.size(); ++p) {
     const std::uint64_t theirs = where[static_cast<std::size_t>(p)].in_bytes;
-    if (theirs != self.in_bytes) throw_size_mismatch(call, p, theirs);
+    if (theirs != self.in_bytes) throw_size_mismatch(call, p, self.in_bytes, theirs);
   }
   return where;
 }

@@ -5,7 +5,8 @@
 // with CMA off makes every rank agree on the ring (allgather, or a broadcast from it) or asks
 // for the data (a broadcast to it); and a read or a write the kernel refuses (a non-dumpable
 // peer, a caller without CAP_SYS_PTRACE) falls back to sending that part and turns CMA off on
-// the caller; ranks whose hellos name different sizes fail before anything is copied.
+// the caller; ranks whose first messages name different sizes (an allgather's hellos, a
+// broadcast's) fail before anything is copied.
 
 #include "algorithms/cma.hpp"
 
@@ -318,6 +319,61 @@ TEST(Cma, HellosOfDifferentSizesFailBeforeAnyCopy) {
         EXPECT_NE(peer.pid, ::getpid());
         EXPECT_NE(peer.in_at, 0u) << "an unregistered input: its address";
         EXPECT_NE(peer.out_at, 0u) << "an unregistered output: its address";
+        mesh->close();
+      },
+      run_options("shm"));
+  testing::expect_all_ok(exits);
+}
+
+// The broadcast's twin: the root in place (which writes its part of the data into every
+// rank's output) and a rank whose calls carry the same tag but different sizes learn it from
+// the first message each way, before the root writes: both fail with Mismatch, naming the
+// sizes, and the guard behind the smaller output is untouched. Equal sizes then broadcast.
+TEST(Cma, ABroadcastsSizesAreCheckedBeforeTheRootWrites) {
+  const auto exits = testing::run_ranks(
+      2,
+      [&](const testing::RankContext& ctx) {
+        auto store = ctx.store();
+        auto mesh = bare_mesh(ctx, *store);
+        const algorithms::Algorithm* direct =
+            algorithms::Registry::builtin().find(CollectiveKind::broadcast, "direct");
+        ASSERT_NE(direct, nullptr);
+        algorithms::Scratch scratch;
+        algorithms::Context actx{*mesh, scratch};
+        // Rank 0 broadcasts 1001 floats from 64 KiB on, rank 1 expects 1000 and keeps a guard of
+        // 64 floats behind them.
+        constexpr std::size_t kGuard = 64;
+        const std::size_t count = ctx.rank == 0 ? 16384 + 1001 : 16384 + 1000;
+        std::vector<float> buf(count + kGuard, 7.0f);
+        for (std::size_t i = 0; i < count; ++i) buf[i] = static_cast<float>(i);
+        algorithms::Call call;
+        call.kind = CollectiveKind::broadcast;
+        call.in = call.out = BufferView::of(std::span<float>(buf.data(), count));
+        call.root = 0;
+        call.tag = 0x5eed;  // the same on both ranks, as a hash collision would have it
+        call.deadline = Clock::now() + std::chrono::seconds(60);
+        try {
+          direct->run(call, actx);
+          ADD_FAILURE() << "sizes 69540 and 69536 bytes passed the first messages";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::Mismatch) << e.what();
+          const std::string mine = ctx.rank == 0 ? "69540" : "69536";
+          const std::string theirs = ctx.rank == 0 ? "69536" : "69540";
+          EXPECT_NE(e.message().find("buffer is " + mine + " bytes"), std::string::npos)
+              << e.message();
+          EXPECT_NE(e.message().find("is " + theirs + " bytes"), std::string::npos) << e.message();
+        }
+        for (std::size_t i = count; i < buf.size(); ++i)
+          ASSERT_EQ(buf[i], 7.0f) << "the guard behind the output was written at " << i - count;
+        // Equal sizes: the root's data arrives whole, part read and part written.
+        const std::size_t equal = 16384 + 1000;
+        for (std::size_t i = 0; i < equal; ++i)
+          buf[i] = ctx.rank == 0 ? static_cast<float>(3 * i + 1) : -1.0f;
+        call.in = call.out = BufferView::of(std::span<float>(buf.data(), equal));
+        call.tag = 0x5eee;
+        direct->run(call, actx);
+        for (std::size_t i = 0; i < equal; ++i)
+          ASSERT_EQ(buf[i], static_cast<float>(3 * i + 1)) << "element " << i;
         mesh->close();
       },
       run_options("shm"));

@@ -1,6 +1,7 @@
 // One-copy broadcast. When every rank is reached through shared memory, the root and every
 // other rank exchange one small message each way (where the root's source lies; where the
-// rank's output lies), and every rank copies the data straight out of the root's buffer:
+// rank's output lies; each one's size, checked by both before anything is copied), and every
+// rank copies the data straight out of the root's buffer:
 // - from the mapping, when the source lies in a registered buffer (Communicator::allocate;
 //   only the root's buffer needs to be registered);
 // - else with cross-memory attach (process_vm_readv, algorithms/cma.hpp) when the root may
@@ -38,13 +39,16 @@ struct Spot {
 };
 static_assert(sizeof(Spot) == 40);  // a shm slot's inline payload
 
-/// A rank's message to the root: where its output lies, for the root's writes.
+/// A rank's message to the root: where its output lies and how large it is, for the root's
+/// writes. The root checks the size before it writes: the tag hashes the size into 32 bits,
+/// and a collision between calls of different sizes must not become a write past an output.
 struct Reply {
   std::uint64_t address = 0;
+  std::uint64_t bytes = 0;
   std::int32_t pid = 0;
   std::uint32_t cma = 0;  ///< the rank's cma_tag()
 };
-static_assert(sizeof(Reply) == 16);
+static_assert(sizeof(Reply) == 24);
 
 // A registered source is copied out of its mapping, with no system call: the root's write of
 // its part pays from 512 KiB (2 ranks in place, -n 200, three runs: 128 KiB 3.6-4.3 against
@@ -119,6 +123,10 @@ void run_root(const Call& call, transport::Mesh& mesh, std::size_t bytes, const 
     }
     detail::wait_all(mesh, {&hello}, call.deadline);
   }
+  for (int p = 0; p < n; ++p) {
+    const std::uint64_t theirs = replies[static_cast<std::size_t>(p)].bytes;
+    if (p != r && theirs != bytes) detail::throw_size_mismatch(call, p, bytes, theirs);
+  }
   if (spot.region == 0 && spot.cma == 0) return detail::run_ring(call, ctx);
   detail::copy_bytes(call.out.data, call.in.data, bytes);
   const std::byte* src = detail::ptr(call.in.data);
@@ -161,15 +169,14 @@ void run_root(const Call& call, transport::Mesh& mesh, std::size_t bytes, const 
 }
 
 void run_peer(const Call& call, transport::Mesh& mesh, std::size_t bytes, Context& ctx) {
-  const Reply reply{reinterpret_cast<std::uintptr_t>(call.out.data),
+  const Reply reply{reinterpret_cast<std::uintptr_t>(call.out.data), bytes,
                     static_cast<std::int32_t>(::getpid()), detail::cma_tag()};
   Spot spot;
   auto out = transport::Request::make_send(call.root, call.tag, &reply, sizeof reply);
   auto in = transport::Request::make_recv(call.root, call.tag, &spot, sizeof spot);
   detail::sendrecv(mesh, out, in, call.deadline);
+  if (spot.bytes != bytes) detail::throw_size_mismatch(call, call.root, bytes, spot.bytes);
   if (spot.region == 0 && spot.cma == 0) return detail::run_ring(call, ctx);
-  TANDEM_CHECK(spot.bytes == bytes, "the root (rank {}) broadcasts {} bytes where {} were due",
-               call.root, spot.bytes, bytes);
   // The root writes the last tail bytes itself where it said so and this rank may be written.
   const std::size_t tail = root_part(spot, reply);
   TANDEM_CHECK(tail <= bytes, "the root (rank {}) would write {} of {} bytes", call.root, tail,
