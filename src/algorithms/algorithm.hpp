@@ -89,6 +89,9 @@ struct Context {
   /// Set by an algorithm that hands the call to another (a direct algorithm over buffers
   /// that are not registered runs the ring): the one that actually ran, for the reports.
   const Algorithm* ran = nullptr;
+  /// The one request of a two-rank broadcast of one chunk, kept from call to call: the
+  /// smallest calls wait for their stores, and building a request is eleven of them.
+  transport::Request single{};
 };
 
 /// One way to run one collective. An algorithm is a class in its own file deriving from this

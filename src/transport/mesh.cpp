@@ -32,28 +32,27 @@ const PeerInfo& MeshImpl::peer_info(int peer) const {
   return peers_[static_cast<std::size_t>(peer)];
 }
 
-void MeshImpl::check_request(const Request& r) const {
-  if constexpr (kCheckQueues) {
-    // Before its links are reset: reposting a pending request would cut its queue.
-    for (const Endpoint* ep : active_) {
-      if (ep->sends().contains(r) || ep->recvs().contains(r))
-        TANDEM_THROW(ErrorCode::Internal,
-                     "a {} of {} bytes was posted again while still pending with rank {}: a "
-                     "request must complete (or the mesh be aborted) before it is reused",
-                     to_string(r.kind), r.bytes, ep->peer());
-    }
+void MeshImpl::throw_if_pending(const Request& r) const {
+  // Before its links are reset: reposting a pending request would cut its queue.
+  for (const Endpoint* ep : active_) {
+    if (ep->sends().contains(r) || ep->recvs().contains(r))
+      TANDEM_THROW(ErrorCode::Internal,
+                   "a {} of {} bytes was posted again while still pending with rank {}: a "
+                   "request must complete (or the mesh be aborted) before it is reused",
+                   to_string(r.kind), r.bytes, ep->peer());
   }
+}
+
+void MeshImpl::throw_not_runnable(const Request& r) const {
   TANDEM_CHECK_ARG(r.peer >= 0 && r.peer < size() && r.peer != rank_,
                    "cannot {} rank {}: peers are 0..{} except this rank ({})", to_string(r.kind),
                    r.peer, size() - 1, rank_);
   TANDEM_CHECK_ARG(
       r.bytes == 0 || (r.kind == RequestKind::send ? r.src != nullptr : r.dst != nullptr),
       "{} of {} bytes with rank {} has a null buffer", to_string(r.kind), r.bytes, r.peer);
-  TANDEM_CHECK_ARG(
-      r.kind != RequestKind::recv_reduce ||
-          ((r.src != nullptr || r.bytes == 0) && r.bytes % dtype_size(r.dtype) == 0),
-      "recv_reduce of {} bytes of {} from rank {} needs a local input of whole elements", r.bytes,
-      tandem::to_string(r.dtype), r.peer);
+  TANDEM_THROW(ErrorCode::InvalidArgument,
+               "recv_reduce of {} bytes of {} from rank {} needs a local input of whole elements",
+               r.bytes, tandem::to_string(r.dtype), r.peer);
 }
 
 namespace {
@@ -80,11 +79,14 @@ void MeshImpl::transfer(std::span<Request* const> rs, Deadline deadline) {
   bool queued = false;
   try {
     for (Request* r : rs) {
-      reset(*r);
+      // What moving it at once reads; the queue's fields only for a request that is posted.
+      r->done = 0;
+      r->complete = false;
       // A request behind a queued one of its kind (same peer) is queued too: complete_now()
       // declines it, so the FIFO order holds.
       Endpoint& ep = *endpoints_[static_cast<std::size_t>(r->peer)];
       if (!ep.complete_now(*r)) {
+        reset(*r);
         ep.post(*r);
         queued = true;
       }

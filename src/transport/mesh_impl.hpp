@@ -96,8 +96,21 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
 
  private:
   /// Throws InvalidArgument for a request no transport could run (a bad peer, a null
-  /// buffer), Internal for one still pending (debug builds).
-  void check_request(const Request& r) const;
+  /// buffer, a reduction of partial elements), Internal for one still pending (debug builds).
+  /// The test is inline and stores nothing; the report is out of line.
+  void check_request(const Request& r) const {
+    if constexpr (kCheckQueues) throw_if_pending(r);
+    if (!runnable(r)) [[unlikely]]
+      throw_not_runnable(r);
+  }
+  bool runnable(const Request& r) const noexcept {
+    return static_cast<unsigned>(r.peer) < peers_.size() && r.peer != rank_ &&
+           (r.bytes == 0 || (r.kind == RequestKind::send ? r.src != nullptr : r.dst != nullptr)) &&
+           (r.kind != RequestKind::recv_reduce ||
+            ((r.src != nullptr || r.bytes == 0) && r.bytes % dtype_size(r.dtype) == 0));
+  }
+  void throw_if_pending(const Request& r) const;
+  [[noreturn, gnu::cold, gnu::noinline]] void throw_not_runnable(const Request& r) const;
 
   // ---- waiting (mesh_wait.cpp) ---------------------------------------------------------
   void run_wait(std::span<Request* const> rs, Deadline deadline);

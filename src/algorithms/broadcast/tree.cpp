@@ -65,12 +65,13 @@ void tree_broadcast(const Call& call, Context& ctx, DataType dt, const std::byte
   // Two ranks, one chunk: one request on the stack, no tree, moved at once where the link
   // can (a small broadcast's path). The root's own copy follows the send.
   const bool sends = r == root;
-  Request q{.kind = sends ? transport::RequestKind::send : transport::RequestKind::recv,
-            .peer = 1 - r,
-            .tag = call.tag,
-            .src = sends ? src : nullptr,
-            .dst = sends ? nullptr : out,
-            .bytes = bytes};
+  Request& q = ctx.single;  // its transport fields are reset by transfer()
+  q.kind = sends ? transport::RequestKind::send : transport::RequestKind::recv;
+  q.peer = 1 - r;
+  q.tag = call.tag;
+  q.src = sends ? src : nullptr;
+  q.dst = sends ? nullptr : out;
+  q.bytes = bytes;
   mesh.transfer(q, call.deadline);
   if (sends) copy_bytes(out, src, bytes);
 }

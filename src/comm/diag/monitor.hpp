@@ -67,14 +67,26 @@ class Monitor : public std::enable_shared_from_this<Monitor> {
   /// The owner of the mesh enters collective `seq` (started at `start`).
   void entered(CollectiveKind kind, DataType dtype, std::size_t count, int root, std::uint64_t seq,
                Clock::time_point start) noexcept {
-    begin_write();
     // A repeated call changes only the sequence number (and the coarse start time every few
     // milliseconds): the fields it leaves as they were are not written again (each store
-    // costs a small collective, whose last store waits for a line the peer polls).
-    update(kind_, static_cast<std::uint32_t>(kind) | static_cast<std::uint32_t>(dtype) << 8);
+    // costs a small collective, whose last store waits for a line the peer polls), and where
+    // the sequence number is all that changes it is stored alone, without the version's two
+    // stores: a reader that sees either number sees the fields that describe it.
+    const std::uint32_t kind_dtype =
+        static_cast<std::uint32_t>(kind) | static_cast<std::uint32_t>(dtype) << 8;
+    const Clock::rep since = start.time_since_epoch().count();
+    if (kind_.load(std::memory_order_relaxed) == kind_dtype &&
+        root_.load(std::memory_order_relaxed) == root &&
+        count_.load(std::memory_order_relaxed) == count &&
+        start_.load(std::memory_order_relaxed) == since) {
+      entered_.store(seq + 1, std::memory_order_relaxed);
+      return;
+    }
+    begin_write();
+    update(kind_, kind_dtype);
     update(root_, root);
     update(count_, count);
-    update(start_, start.time_since_epoch().count());
+    update(start_, since);
     entered_.store(seq + 1, std::memory_order_relaxed);
     end_write();
   }
