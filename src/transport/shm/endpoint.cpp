@@ -31,6 +31,11 @@ Endpoint::Endpoint(int peer, PeerFailureHandler& failures, ChannelView outbound,
     : transport::Endpoint(peer, failures), out_(outbound), in_(inbound), wake_(peer_wake) {
   walk_slot_pages(out_);
   walk_slot_pages(in_);
+  // The small areas this rank will write (64 KiB), written once now, before its first message:
+  // the first lap of 41 B-1 KiB messages then finds their lines in this core's cache instead
+  // of fetching each from memory for ownership (tandem-perf -c broadcast -n 20 -w 0, first 20
+  // calls at 512 B: 0.39-0.41 -> 0.18-0.27 us mean, five runs each).
+  std::memset(out_.small, 0, std::size_t{out_.slot_count} * kSmallBytes);
   cold_sends_ = out_.slot_count;
   cold_recvs_ = in_.slot_count;
 }
