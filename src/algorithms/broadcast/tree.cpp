@@ -62,10 +62,10 @@ void tree_broadcast(const Call& call, Context& ctx, DataType dt, const std::byte
     binomial_broadcast(call, ctx, dt, src, out, count, root);
     return;
   }
-  // Two ranks, one chunk: one request on the stack, no tree, moved at once where the link
-  // can (a small broadcast's path). The root's own copy follows the send.
+  // Two ranks, one chunk: one request (the context's, reused), no tree, moved at once where the
+  // link can (a small broadcast's path). The root's own copy follows the send.
   const bool sends = r == root;
-  Request& q = ctx.single;  // its transport fields are reset by transfer()
+  Request& q = ctx.single;  // transfer() resets its transport fields
   q.kind = sends ? transport::RequestKind::send : transport::RequestKind::recv;
   q.peer = 1 - r;
   q.tag = call.tag;

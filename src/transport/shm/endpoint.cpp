@@ -34,7 +34,7 @@ Endpoint::Endpoint(int peer, PeerFailureHandler& failures, ChannelView outbound,
   // The small areas this rank will write (64 KiB), written once now, before its first message:
   // the first lap of 41 B-1 KiB messages then finds their lines in this core's cache instead
   // of fetching each from memory for ownership (tandem-perf -c broadcast -n 20 -w 0, first 20
-  // calls at 512 B: 0.39-0.41 -> 0.18-0.27 us mean, five runs each).
+  // calls at 512 B: 0.39-0.41 -> 0.18-0.27 us mean, two batches of five runs).
   std::memset(out_.small, 0, std::size_t{out_.slot_count} * kSmallBytes);
   cold_sends_ = out_.slot_count;
   cold_recvs_ = in_.slot_count;
