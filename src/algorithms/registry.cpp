@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <cctype>
 #include <span>
 
 namespace tandem::algorithms {
@@ -61,10 +60,15 @@ static_assert(std::has_single_bit(kAllreduceSmallBytes) &&
               std::has_single_bit(kReduceScatterSmallBytes) &&
               std::has_single_bit(kGatherSmallBytes));
 
+// ASCII only, inline: algorithm names are ASCII, and the selector's first choice at each new
+// size looks up a few of them (std::tolower is a call into the C library per character).
+constexpr char ascii_lower(char c) noexcept {
+  return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
 bool iequal(std::string_view a, std::string_view b) noexcept {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
+           return ascii_lower(x) == ascii_lower(y);
          });
 }
 
