@@ -392,12 +392,15 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
       warm_direct(*impl);
     } catch (const Error& e) {
       // The first exchange after connecting: a rank whose own setup failed (a check after
-      // the mesh, such as the tuning file's) is noticed here by the others.
+      // the mesh, such as the tuning file's) is noticed here by the others, as PeerLost.
+      // Anything else (a timeout, say) is named as what it is.
+      const std::string_view where = e.code() == ErrorCode::PeerLost
+                                         ? "the ranks connected, then a peer stopped before "
+                                           "setup was complete (its own output says why)"
+                                         : "in setup's first exchange after connecting";
       throw Error(e.code(),
-                  fmt::format("creating communicator '{}' (rank {} of {}): the ranks connected, "
-                              "then a peer stopped before setup was complete (its own output "
-                              "says why): {}",
-                              prefix, rank, size, e.message()),
+                  fmt::format("creating communicator '{}' (rank {} of {}): {}: {}", prefix, rank,
+                              size, where, e.message()),
                   __FILE__, __LINE__);
     }
     impl->diag.monitor =
