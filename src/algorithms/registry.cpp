@@ -29,14 +29,17 @@ constexpr std::size_t kAllreduceSmallBytes = 16u << 10;  // below: recursive_dou
 constexpr std::size_t kAllreduceSmallBytesTwoRanks = 64u << 10;
 constexpr std::size_t kAllreduceDirectBytes = 1u << 20;  // from here: direct
 // From here: direct (one copy: from a registered source's mapping, else by cross-memory attach,
-// the root writing 1/n itself when in place; broadcast/direct.cpp). Measured on 2 ranks
-// (tandem-perf -n 2000, 3 runs, 2026-11-27), out of place / in place: 64 KiB 3.5-3.8 against
-// the tree's 3.8-4.4 us / 2.6-2.7 against 4.0-6.1; 32 KiB 2.4-2.5 against 2.3 / 1.8-1.9
-// against 2.2-2.3 (`tandem-perf --tune`, which times out of place, keeps the tree there).
-// From 1 MiB (-n 30) against the ring: in place 1 MiB 18-20 against 53-58 us, 16 MiB
-// 0.79-0.87 against 1.24-1.29 ms; out of place 1 MiB 50-70 against 101-125 us, 64 MiB
-// 13.4-14.9 against 14.2-14.9 ms.
-constexpr std::size_t kBroadcastDirectBytes = 64u << 10;
+// the root writing 1/n itself when in place; broadcast/direct.cpp). Chosen for broadcast in
+// place, as programs call it (`tandem-perf --tune` times broadcast in place). Measured on 2
+// ranks (2026-11-27), in place / out of place: 32 KiB with -n 2000, four runs, 1.84-1.98
+// against the tree's 2.15-2.50 us / 2.65-2.88 against 2.36-2.56 (the tree's root does not
+// wait for the receiver, so out of place its calls overlap); with -n 200 the tree's in-place
+// time is bimodal from run to run, 1.9 or 2.5-2.7 us, direct's 1.8-2.0 in five runs of six.
+// 16 KiB stays with the tree (0.95-1.08 against 1.6-2.0 in place). 64 KiB 2.6-3.0 against
+// 3.8-4.3 / 3.5-3.8 against 3.8-4.4. From 1 MiB (-n 30) against the ring: in place 1 MiB
+// 18-20 against 53-58 us, 16 MiB 0.79-0.87 against 1.24-1.29 ms; out of place 1 MiB 50-70
+// against 101-125 us, 64 MiB 13.4-14.9 against 14.2-14.9 ms.
+constexpr std::size_t kBroadcastDirectBytes = 32u << 10;
 constexpr std::size_t kReduceSmallBytes = 64u << 10;  // below: tree
 // Result size; from here: direct (one copy from each peer's input: mapped when registered,
 // else by cross-memory attach). Measured on 2 ranks: 16 KiB 1.85 against recursive doubling's

@@ -36,6 +36,14 @@ TEST(TandemPerfTune, WritesAFileTheRuntimeAccepts) {
   ASSERT_EQ(shm.exit_code, 0) << shm.out << shm.err;
   EXPECT_NE(shm.out.find("written to " + path), std::string::npos) << shm.out;
   EXPECT_NE(shm.out.find("more than 3 % faster"), std::string::npos) << shm.out;
+  // Broadcast is timed in place, as programs call it; the others out of place.
+  EXPECT_NE(shm.out.find("# broadcast on 2 ranks"), std::string::npos) << shm.out;
+  for (const auto& line : split_lines(shm.out)) {
+    if (line.find(" on 2 ranks") == std::string::npos) continue;
+    const bool broadcast = line.find("# broadcast on") != std::string::npos;
+    EXPECT_NE(line.find(broadcast ? ", in place, " : ", out-of-place, "), std::string::npos)
+        << line;
+  }
 
   const comm::TuningFile one = read_tuning(path);
   ASSERT_EQ(one.entries.size(), 1u);

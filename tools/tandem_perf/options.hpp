@@ -40,7 +40,8 @@ struct PerfOptions {
   /// --device: "cpu", or "cuda" (the rank's local rank picks the GPU) / "cuda:N".
   std::string device = "cpu";
   std::string json_path;
-  bool in_place = true;  ///< also measure in place (where the collective has it)
+  bool out_of_place = true;  ///< measure out of place (--tune: not for broadcast)
+  bool in_place = true;      ///< also measure in place (where the collective has it)
   /// --tune: time every applicable algorithm per power-of-two size, write a tuning file.
   bool tune = false;
   bool collective_given = false;  ///< -c was given (--tune: only that collective)

@@ -347,13 +347,13 @@ Row Runner::run(std::size_t size, DataType dtype, ReduceOp op) {
   const std::size_t elem = dtype_size(dtype);
   row.bytes = std::max(s.in, s.out) * elem;
   if (options_.bench != Bench::barrier && s.per == 0) return row;
-  row.out_of_place = measure(s, dtype, op, false, row.bytes);
+  if (options_.out_of_place) row.out_of_place = measure(s, dtype, op, false, row.bytes);
   if (options_.in_place && has_in_place(options_.bench))
     row.in_place = measure(s, dtype, op, true, row.bytes);
   // What ran, which is not always what was chosen: a direct algorithm runs the ring over
   // buffers that are not registered.
-  row.algorithm = row.out_of_place.algorithm;
-  if (row.in_place.valid && row.in_place.algorithm != row.algorithm)
+  row.algorithm = row.out_of_place.valid ? row.out_of_place.algorithm : row.in_place.algorithm;
+  if (row.out_of_place.valid && row.in_place.valid && row.in_place.algorithm != row.algorithm)
     row.algorithm += "|" + row.in_place.algorithm;
   return row;
 }

@@ -129,9 +129,10 @@ TEST(DefaultChoice, PicksBySize) {
   EXPECT_EQ(pick(CollectiveKind::allreduce, 1024 * 1024, 3), "direct");
   EXPECT_EQ(pick(CollectiveKind::allreduce, 64 << 20, 3), "direct");
   EXPECT_EQ(pick(CollectiveKind::broadcast, 1024, 5), "tree");
-  EXPECT_EQ(pick(CollectiveKind::broadcast, (64 << 10) - 4, 5), "tree");
-  // From 64 KiB: one copy (mapped when registered, else cross-memory attach) at every size.
-  EXPECT_EQ(pick(CollectiveKind::broadcast, 64 << 10, 5), "direct");
+  EXPECT_EQ(pick(CollectiveKind::broadcast, (32 << 10) - 4, 5), "tree");
+  // From 32 KiB: one copy (mapped when registered, else cross-memory attach) at every size.
+  EXPECT_EQ(pick(CollectiveKind::broadcast, 32 << 10, 5), "direct");
+  EXPECT_EQ(pick(CollectiveKind::broadcast, 32 << 10, 2), "direct");
   EXPECT_EQ(pick(CollectiveKind::broadcast, 1 << 20, 5), "direct");
   EXPECT_EQ(pick(CollectiveKind::broadcast, 256 << 20, 2), "direct");
   EXPECT_EQ(pick(CollectiveKind::reduce, 1024, 5), "tree");
