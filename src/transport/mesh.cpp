@@ -17,9 +17,14 @@ void MeshImpl::attach(int peer, Control control, std::unique_ptr<Endpoint> ep) {
 
 void MeshImpl::adopt_shm(std::unique_ptr<shm::Context> ctx, std::vector<int> local) {
   shm_ = std::move(ctx);
-  const auto below = std::count_if(local.begin(), local.end(), [this](int p) { return p < rank_; });
-  spread_.emplace(static_cast<int>(below), static_cast<int>(local.size()) + 1);
   regions_ = std::make_shared<RegionPool>(rank_, std::move(local));
+}
+
+void MeshImpl::share_host(std::span<const int> same_host) {
+  if (same_host.empty()) return;
+  const auto below =
+      std::count_if(same_host.begin(), same_host.end(), [this](int p) { return p < rank_; });
+  spread_.emplace(static_cast<int>(below), static_cast<int>(same_host.size()) + 1);
 }
 
 Link MeshImpl::link(int peer) const noexcept {

@@ -124,7 +124,7 @@ std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
   std::vector<Link> links(n, Link::tcp);
   std::vector<PeerInfo> peers(n);
   std::vector<tcp::Target> targets(n);
-  std::vector<int> local, remote, over_ucx;
+  std::vector<int> local, remote, over_ucx, same_host_peers;
   for (int p = 0; p < size; ++p) {
     const RankRecord& r = records[static_cast<std::size_t>(p)];
     peers[static_cast<std::size_t>(p)] = r.info;
@@ -133,6 +133,7 @@ std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
       continue;
     }
     const bool same_host = r.info.host_id == self.info.host_id;
+    if (same_host) same_host_peers.push_back(p);
     const bool shm = same_host && !options.shm_disable && !r.shm_disable;
     const bool use_ucx = !shm && ucx != nullptr && !r.ucx.empty();
     if (!shm && ucx != nullptr && r.ucx.empty() && options.transport == NetTransport::ucx) {
@@ -194,6 +195,7 @@ std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
     mesh->attach(p, Control(std::move(s.control)), std::move(ep));
   }
   if (shm) mesh->adopt_shm(std::move(shm), local);
+  mesh->share_host(same_host_peers);
   if (!over_ucx.empty()) ucx_handshake(*mesh, over_ucx, rank, deadline);
   testing::setup_step("connected");
   TANDEM_INFO(init,

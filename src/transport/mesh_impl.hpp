@@ -77,6 +77,9 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
   // ---- setup (mesh.cpp) ----------------------------------------------------------------
   void attach(int peer, Control control, std::unique_ptr<Endpoint> ep);
   void adopt_shm(std::unique_ptr<shm::Context> ctx, std::vector<int> local);
+  /// The peers on this host, over any transport: a waiting rank that finds its CPU taken
+  /// moves to its own (spread_cpu()).
+  void share_host(std::span<const int> same_host);
   PeerFailureHandler& failures() noexcept { return *this; }
 
   // ---- Mesh (mesh.cpp) -----------------------------------------------------------------
@@ -121,7 +124,8 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
   void block(Deadline deadline);
   [[noreturn]] void throw_timeout(std::span<Request* const> rs, Clock::time_point start);
   /// After a sched_yield() that gave this CPU away: publishes the CPU for the shm peers and
-  /// moves off it when one of them waits there too (transport/cpu_spread.hpp).
+  /// moves off it when one of them waits there too, or (peers of this host over TCP only,
+  /// whose CPUs cannot be seen) at once (transport/cpu_spread.hpp).
   void spread_cpu();
 
   // ---- liveness and control (mesh_failures.cpp) ----------------------------------------

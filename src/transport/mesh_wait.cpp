@@ -70,7 +70,7 @@ void MeshImpl::run_wait(std::span<Request* const> rs, Deadline deadline) {
       // spin time (100 us a call instead of 7 us measured); a peer on its own core does
       // not notice a yield that finds nothing else to run.
       sched_yield();
-      if (shm_ && Clock::now() - now > kGaveAway) spread_cpu();
+      if (spread_ && Clock::now() - now > kGaveAway) spread_cpu();
     } else {
       core::cpu_relax();
     }
@@ -80,8 +80,14 @@ void MeshImpl::run_wait(std::span<Request* const> rs, Deadline deadline) {
 void MeshImpl::spread_cpu() {
   const int cpu = ::sched_getcpu();
   if (cpu < 0) return;
-  shm_->publish_cpu(cpu);
-  if (!shm_->peer_on_cpu(cpu)) return;
+  // Over shared memory the peers publish the CPU they wait on. Peers of this host over TCP
+  // (TANDEM_SHM_DISABLE=1) publish nothing: the yield that gave this CPU away, while ranks of
+  // this host wait, is the sign (on a busy host a move may follow another program's turn; it
+  // is one pair of affinity calls, at most once per CpuSpread::kRetry).
+  if (shm_) {
+    shm_->publish_cpu(cpu);
+    if (!shm_->peer_on_cpu(cpu)) return;
+  }
   const int to = spread_->move_off(cpu);
   if (to >= 0)
     TANDEM_INFO(shm, "rank {} waited on CPU {} with a local peer; moved to CPU {}", rank_, cpu, to);
