@@ -19,6 +19,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -475,10 +476,18 @@ constexpr std::size_t kScalarCount = 8;
 constexpr std::size_t kScalarBytes = 32;
 
 // Outputs at least this large are written with streaming stores: by default the size of the
-// last-level cache, beyond which the output cannot stay cached for whoever reads it next.
+// last-level cache, beyond which the output cannot stay cached for whoever reads it next, and
+// at most kStreamCapBytes. A large last-level cache is shared by many cores (or by other
+// guests: this VM's sysconf reports 480 MiB for its 2 vCPUs), of which a rank gets a share:
+// with the threshold at 480 MiB nothing here streamed, and 2 ranks, out of place, 20
+// iterations, ran allgather 64 MiB at 9.0-9.1 ms and 128 MiB at 19.7-19.9 against 7.8-8.4 and
+// 17.8 with 16 MiB, broadcast 32 MiB at 3.8-4.0 ms against 3.3-3.4; allreduce and
+// reduce_scatter were level (docs/benchmarks.md, "Streaming copies").
+constexpr std::size_t kStreamCapBytes = std::size_t{16} << 20;
+
 std::size_t default_stream_threshold() noexcept {
   const long llc = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
-  return llc > 0 ? static_cast<std::size_t>(llc) : std::size_t{32} << 20;
+  return llc > 0 ? std::min(static_cast<std::size_t>(llc), kStreamCapBytes) : kStreamCapBytes;
 }
 
 std::atomic<std::size_t> g_stream_threshold{default_stream_threshold()};

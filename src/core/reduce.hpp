@@ -23,7 +23,7 @@ void divide(void* dst, std::size_t count, DataType dtype, int divisor) noexcept;
 
 /// Outputs of reduce() of at least this many bytes, out of place (dst is neither a nor b), are
 /// written with non-temporal (streaming) stores, which skip reading the destination into the
-/// cache and leave the cache to the inputs. Default: the last-level cache size.
+/// cache and leave the cache to the inputs. Default: the last-level cache size, at most 16 MiB.
 /// set_stream_threshold(0) restores the default; SIZE_MAX turns streaming off. Process-wide; meant
 /// for benchmarks and tests.
 std::size_t stream_threshold() noexcept;

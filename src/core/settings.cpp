@@ -63,7 +63,7 @@ constexpr std::array kSettings{
             "Shared secret for the store and peer handshakes (tandemrun generates one)."},
     Setting{"TANDEM_STREAM_BYTES", bytes, "0",
             "Copies and reductions whose destination is at least this large write it with "
-            "streaming (non-temporal) stores; 0: the last-level cache size."},
+            "streaming (non-temporal) stores; 0: the last-level cache size, at most 16 MiB."},
     Setting{"TANDEM_TIMEOUT", seconds, "600",
             "Deadline of every blocking operation, in seconds (fractions allowed)."},
     Setting{"TANDEM_TRACE", string, "",

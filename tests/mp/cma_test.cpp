@@ -11,6 +11,7 @@
 #include "algorithms/cma.hpp"
 
 #include "algorithms/direct.hpp"
+#include "core/reduce.hpp"
 #include "mp_util.hpp"
 #include "transport/mesh.hpp"
 
@@ -105,6 +106,32 @@ TEST(Cma, BroadcastAndAllgatherOfPlainBuffersMatchTheReference) {
           }
         },
         run_options("shm"));
+    testing::expect_all_ok(exits);
+  }
+}
+
+// An output of core::streams() size (16 MiB by default) gets each rank's own block copied with
+// streaming stores and written into the peers from the input: with the threshold at 256 B
+// every size of kCounts takes that path, in place (nothing to copy) and out of place.
+TEST(Cma, AllgatherWithStreamingStoresMatchesTheReference) {
+  for (int world : {2, 3}) {
+    const auto exits = testing::run_ranks(
+        world,
+        [&](const testing::RankContext& ctx) {
+          auto comm = connect(ctx);
+          ASSERT_EQ(core::stream_threshold(), 256u);
+          const bool cma = algorithms::detail::cma_usable();
+          for (std::size_t count : kCounts) {
+            for (bool in_place : {false, true}) {
+              EXPECT_EQ(check_allgather(*comm, count, in_place), "")
+                  << "allgather " << count << (in_place ? " in place" : "");
+              if (cma && count * sizeof(float) * ctx.size >= (16u << 10)) {
+                EXPECT_EQ(comm->last_algorithm(), "direct");
+              }
+            }
+          }
+        },
+        run_options("shm", {"TANDEM_STREAM_BYTES=256"}));
     testing::expect_all_ok(exits);
   }
 }
