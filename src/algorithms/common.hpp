@@ -49,8 +49,8 @@ inline const std::byte* ptr(const void* p) noexcept {
   return static_cast<const std::byte*>(p);
 }
 
-/// memmove that skips dst == src and empty ranges; distinct ranges of at least the
-/// last-level cache size are written with streaming stores (core/copy.hpp).
+/// memmove that skips dst == src and empty ranges; distinct ranges of core::streams() size
+/// are written with streaming stores (core/copy.hpp).
 inline void copy_bytes(void* dst, const void* src, std::size_t bytes) noexcept {
   if (bytes == 0 || dst == src) return;
   const auto d = reinterpret_cast<std::uintptr_t>(dst);
