@@ -158,6 +158,14 @@ TEST(TandemPerf, TcpTransportAndJson) {
       EXPECT_GT(m["time_us_loop"].get<double>(), 0.0) << m.dump();
       EXPECT_LE(m["time_us_loop"].get<double>(), m["time_us_mean"].get<double>() * (1 + 1e-9))
           << m.dump();
+      // Every timed call, in order: their mean is the mean, their largest the max.
+      const auto calls = m["time_us_calls"].get<std::vector<double>>();
+      ASSERT_EQ(calls.size(), 3u) << m.dump();
+      double sum = 0;
+      for (double t : calls) sum += t;
+      EXPECT_NEAR(sum / 3, m["time_us_mean"].get<double>(), 1e-9) << m.dump();
+      EXPECT_EQ(*std::max_element(calls.begin(), calls.end()), m["time_us_max"].get<double>())
+          << m.dump();
     }
     EXPECT_GT(row["in_place"]["busbw_gbps"].get<double>(), 0.0);
   }

@@ -61,6 +61,7 @@ nlohmann::json to_json(const Measurement& m) {
           {"time_us_p99", m.p99_us},
           {"time_us_max", m.max_us},
           {"time_us_loop", m.loop_us},
+          {"time_us_calls", m.calls_us},
           {"algbw_gbps", m.algbw},
           {"busbw_gbps", m.busbw},
           {"wrong", m.checked ? nlohmann::json(m.wrong) : nlohmann::json(nullptr)}};

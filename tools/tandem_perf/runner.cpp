@@ -256,6 +256,7 @@ Measurement Runner::measure(const Shape& s, DataType t, ReduceOp op, bool in_pla
   double sum = 0;
   for (double x : slowest) sum += x;
   m.mean_us = sum / static_cast<double>(iters);
+  m.calls_us = slowest;
   std::sort(slowest.begin(), slowest.end());
   m.p50_us = slowest[(iters - 1) / 2];
   m.p99_us = slowest[(iters * 99 + 99) / 100 - 1];

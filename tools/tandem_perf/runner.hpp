@@ -25,6 +25,9 @@ struct Measurement {
   /// The slowest rank's whole timed loop over the iterations: throughput, which a rank that
   /// runs ahead (a broadcast root) does not charge to single iterations. <= mean_us.
   double loop_us = 0;
+  /// The slowest rank's time of each timed iteration, in the order they ran (--json's
+  /// time_us_calls): where a mean above the median comes from, the first calls or a burst.
+  std::vector<double> calls_us;
   double algbw = 0;  ///< GB/s (1e9 bytes/s) of the row's size at the mean time
   double busbw = 0;
   bool checked = false;   ///< false with --no-check
