@@ -124,7 +124,9 @@ ParseResult parse_command_line(int argc, char** argv, bool print) {
                  "Where the buffers live: cpu, or cuda (GPU = the rank's local rank) or cuda:N, "
                  "through the NCCL backend")
       ->capture_default_str();
-  app.add_option("--json", o.json_path, "Also write every row to this JSON file (rank 0), with every timed iteration's time")
+  app.add_option(
+         "--json", o.json_path,
+         "Also write every row to this JSON file (rank 0), with every timed iteration's time")
       ->type_name("FILE");
   double margin_percent = o.tune_margin * 100;
   app.add_flag("--tune", o.tune,

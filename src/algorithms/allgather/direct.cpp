@@ -4,8 +4,9 @@
 //   in place included), every rank copies every peer's block out of the mapping;
 // - else, when every rank may use cross-memory attach (algorithms/cma.hpp), every rank copies
 //   its own block into its output and writes it into every peer's output (process_vm_writev),
-//   a piece at a time, from whichever copy the piece's copy left in its cache. A write the kernel refuses is not fatal: each rank tells each peer
-//   whether its block arrived or follows, and sends what it could not write.
+//   a piece at a time, from whichever copy the piece's copy left in its cache. A write the kernel
+//   refuses is not fatal: each rank tells each peer whether its block arrived or follows, and sends
+//   what it could not write.
 // A last exchange keeps the buffers in use until every rank is done with them. Otherwise (a
 // peer over TCP, CMA off on some rank) the call runs as the ring, every rank deciding alike.
 #include "algorithms/direct.hpp"
