@@ -482,7 +482,7 @@ constexpr std::size_t kScalarBytes = 32;
 // with the threshold at 480 MiB nothing here streamed, and 2 ranks, out of place, 20
 // iterations, ran allgather 64 MiB at 9.0-9.1 ms and 128 MiB at 19.7-19.9 against 7.8-8.4 and
 // 17.8 with 16 MiB, broadcast 32 MiB at 3.8-4.0 ms against 3.3-3.4; allreduce and
-// reduce_scatter were level (docs/benchmarks.md, "Streaming copies").
+// reduce_scatter were level (docs/benchmarks-small.md, "Streaming copies").
 constexpr std::size_t kStreamCapBytes = std::size_t{16} << 20;
 
 std::size_t default_stream_threshold() noexcept {

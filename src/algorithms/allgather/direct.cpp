@@ -73,7 +73,7 @@ class Direct final : public Algorithm {
   // (process_vm_writev), a piece at a time: the piece a write reads is still in this core's
   // cache from the copy, so the input is read once, where reading every peer's input read
   // each input twice (its owner's copy and the peer's read). 2 ranks, out of place, µs:
-  // 8 MiB 675 -> 539, 32 MiB 2865 -> 2465, 128 MiB 21090 -> 19120 (docs/benchmarks.md).
+  // 8 MiB 675 -> 539, 32 MiB 2865 -> 2465, 128 MiB 21090 -> 19120 (docs/benchmarks-large.md).
   // An output of core::streams() size takes the own copy with streaming stores (no read of
   // the output's lines first; nothing reads them during the call) and the writes from the
   // input, which that copy just read into the cache: 32 MiB 2646-2772 -> 2203-2380 us,
