@@ -33,9 +33,10 @@
 namespace tandem::mptest {
 namespace {
 
-// Element counts (f32) around the thresholds: 16 KiB of allgather result, 64 KiB of broadcast,
-// an allgather's pieces of 256 KiB (one, one and an element, four less one), the 1 MiB where a
-// broadcast once turned to the ring, awkward and not.
+// Element counts (f32) around the thresholds: 16 KiB of allgather result, 64 KiB of broadcast
+// (its one-copy crossover before it moved to 32 KiB), an allgather's pieces of 256 KiB (one,
+// one and an element, four less one), the 1 MiB where a broadcast once turned to the ring,
+// awkward and not.
 const std::size_t kCounts[] = {1, 1031, 4096, 16383, 16384, 65536, 65537, 262143, 300007};
 
 std::uint32_t g_seed = 1;
@@ -79,6 +80,16 @@ std::string check_broadcast(Communicator& comm, std::size_t count, int root, boo
   return difference(out, want);
 }
 
+// An allgather of `count` elements a rank matches the reference and, from 16 KiB of result
+// where every rank may use cross-memory attach, ran one-copy.
+void expect_allgather(Communicator& comm, std::size_t count, bool in_place, bool cma) {
+  EXPECT_EQ(check_allgather(comm, count, in_place), "")
+      << "allgather " << count << (in_place ? " in place" : "");
+  if (cma && count * sizeof(float) * static_cast<std::size_t>(comm.size()) >= (16u << 10)) {
+    EXPECT_EQ(comm.last_algorithm(), "direct");
+  }
+}
+
 TEST(Cma, BroadcastAndAllgatherOfPlainBuffersMatchTheReference) {
   for (int world : {2, 3}) {
     const auto exits = testing::run_ranks(
@@ -88,16 +99,12 @@ TEST(Cma, BroadcastAndAllgatherOfPlainBuffersMatchTheReference) {
           const bool cma = algorithms::detail::cma_usable();
           for (std::size_t count : kCounts) {
             for (bool in_place : {false, true}) {
-              EXPECT_EQ(check_allgather(*comm, count, in_place), "")
-                  << "allgather " << count << (in_place ? " in place" : "");
-              const bool direct = count * sizeof(float) * ctx.size >= (16u << 10);
-              if (direct && cma) {
-                EXPECT_EQ(comm->last_algorithm(), "direct");
-              }
+              expect_allgather(*comm, count, in_place, cma);
               for (int root = 0; root < ctx.size; ++root) {
                 EXPECT_EQ(check_broadcast(*comm, count, root, in_place), "")
                     << "broadcast " << count << " from " << root << (in_place ? " in place" : "");
-                // From 64 KiB: one copy at every size where CMA may be used, else the ring.
+                // From 64 KiB (one copy from 32 KiB): one copy at every size where CMA may be
+                // used, else the ring.
                 if (count * sizeof(float) >= (64u << 10)) {
                   EXPECT_EQ(comm->last_algorithm(), cma ? "direct" : "ring");
                 }
@@ -121,15 +128,8 @@ TEST(Cma, AllgatherWithStreamingStoresMatchesTheReference) {
           auto comm = connect(ctx);
           ASSERT_EQ(core::stream_threshold(), 256u);
           const bool cma = algorithms::detail::cma_usable();
-          for (std::size_t count : kCounts) {
-            for (bool in_place : {false, true}) {
-              EXPECT_EQ(check_allgather(*comm, count, in_place), "")
-                  << "allgather " << count << (in_place ? " in place" : "");
-              if (cma && count * sizeof(float) * ctx.size >= (16u << 10)) {
-                EXPECT_EQ(comm->last_algorithm(), "direct");
-              }
-            }
-          }
+          for (std::size_t count : kCounts)
+            for (bool in_place : {false, true}) expect_allgather(*comm, count, in_place, cma);
         },
         run_options("shm", {"TANDEM_STREAM_BYTES=256"}));
     testing::expect_all_ok(exits);
