@@ -22,7 +22,8 @@ class CpuSpread {
 
   /// Called by the waiting thread, running on `cpu`, when a peer waits on the same CPU. Moves
   /// the thread to its own CPU when it may run on at least as many CPUs as the host has
-  /// ranks and is not there yet; at most once per kRetry. Returns the CPU it moved to, or -1.
+  /// ranks and is not there yet; at most once per kRetry (a look that moves nothing starts no
+  /// pause). Returns the CPU it moved to, or -1.
   int move_off(int cpu) noexcept;
 
   static constexpr Clock::duration kRetry = std::chrono::milliseconds(20);
