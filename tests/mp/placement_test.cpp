@@ -4,7 +4,10 @@
 // as the scheduler sometimes places them: each pins itself there and then allows every CPU
 // again. Measured on this 2-CPU VM, 10 runs each: apart after the first 100 allreduces every
 // time; without the move, the kernel's balancer separated them after 3,100 to 35,400. Over
-// TCP (four runs each): 100-2,800 with the move, 2,200-6,700 without.
+// TCP (four runs each): 100-2,800 with the move, 2,200-6,700 without. Ranks bound to one
+// CPU and then allowed every CPU: apart within 200 allreduces in 6 of 6 runs (shm and tcp);
+// under the old rule, where a look that moved nothing started the 20 ms pause too, together
+// after them in 6 of 6.
 
 #include "mp_util.hpp"
 #include "transport/cpu_spread.hpp"
@@ -66,6 +69,56 @@ TEST_P(Placement, RanksLeftOnOneCpuMoveApart) {
             << rounds * 100 << " allreduces, and neither moved";
         std::printf("rank %d: on CPUs %d and %d after %d allreduces, %d move(s)\n", ctx.rank,
                     cpus[0], cpus[1], rounds * 100, moves);
+      },
+      run_options(GetParam()));
+  testing::expect_all_ok(exits);
+}
+
+// Ranks bound to one CPU take turns from the start, and every look of the spread finds
+// nowhere to move. Once every CPU is allowed again, the next look moves one of them: a look
+// that moved nothing used to start the 20 ms pause between moves as well, which kept such a
+// pair together for 20 ms (about 8,000 allreduces of theirs) after the binding ended.
+TEST_P(Placement, RanksBoundToOneCpuMoveApartOnceAllowed) {
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof all, &all), 0);
+  if (CPU_COUNT(&all) < 2) GTEST_SKIP() << "needs 2 CPUs (this process may use 1)";
+  int first = 0;
+  while (!CPU_ISSET(first, &all)) ++first;
+  const auto exits = testing::run_ranks(
+      2,
+      [&](const testing::RankContext& ctx) {
+        auto comm = connect(ctx);
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(first, &one);
+        ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
+        float x = 0;
+        const auto allreduces = [&](int n) {
+          for (int i = 0; i < n; ++i) {
+            x = static_cast<float>(ctx.rank + i);
+            comm->allreduce(BufferView::of(std::span<float>(&x, 1)));
+            ASSERT_EQ(x, static_cast<float>(1 + 2 * i));
+          }
+        };
+        allreduces(200);  // bound: they take turns, and each look finds nowhere to go
+        const int bound_moves = transport::CpuSpread::moves();
+        comm->barrier();
+        ASSERT_EQ(::sched_setaffinity(0, sizeof all, &all), 0);
+        comm->barrier();  // both allowed everywhere, both still on `first`
+        allreduces(200);
+        const int cpu = ::sched_getcpu();
+        std::array<int, 2> cpus{};
+        comm->allgather(BufferView::of(std::span<const int>(&cpu, 1)),
+                        BufferView::of(std::span<int>(cpus)));
+        int moves = transport::CpuSpread::moves() - bound_moves;
+        comm->allreduce(BufferView::of(std::span<int>(&moves, 1)));
+        EXPECT_EQ(bound_moves, 0) << "rank " << ctx.rank << " moved while bound to one CPU";
+        EXPECT_TRUE(cpus[0] != cpus[1] || moves > 0)
+            << "rank " << ctx.rank << ": both ranks still on CPU " << cpus[0]
+            << " 200 allreduces after every CPU was allowed, and neither moved";
+        std::printf("rank %d: on CPUs %d and %d, %d move(s) after the binding ended\n", ctx.rank,
+                    cpus[0], cpus[1], moves);
       },
       run_options(GetParam()));
   testing::expect_all_ok(exits);
