@@ -24,47 +24,72 @@ namespace {
 
 // Over shared memory the peers see each other's CPU; over TCP (TANDEM_SHM_DISABLE=1 on one
 // host) they cannot, and a waiting rank whose yield gave its CPU away moves at once.
-class Placement : public ::testing::TestWithParam<std::string> {};
+class Placement : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    CPU_ZERO(&all_);
+    ASSERT_EQ(::sched_getaffinity(0, sizeof all_, &all_), 0);
+    if (CPU_COUNT(&all_) < 2) GTEST_SKIP() << "needs 2 CPUs (this process may use 1)";
+    while (!CPU_ISSET(first_, &all_)) ++first_;
+  }
+
+  void pin_to_first() const {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first_, &one);
+    ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
+  }
+  void allow_all() const { ASSERT_EQ(::sched_setaffinity(0, sizeof all_, &all_), 0); }
+
+  cpu_set_t all_{};  ///< the CPUs this process may use
+  int first_ = 0;    ///< the first of them
+};
+
+// n allreduces of one float, each result checked.
+void allreduces(Communicator& comm, int rank, int n) {
+  for (int i = 0; i < n; ++i) {
+    auto x = static_cast<float>(rank + i);
+    comm.allreduce(BufferView::of(std::span<float>(&x, 1)));
+    ASSERT_EQ(x, static_cast<float>(1 + 2 * i));
+  }
+}
+
+// The CPU each of the two ranks runs on now.
+std::array<int, 2> cpus_now(Communicator& comm) {
+  const int cpu = ::sched_getcpu();
+  std::array<int, 2> cpus{};
+  comm.allgather(BufferView::of(std::span<const int>(&cpu, 1)),
+                 BufferView::of(std::span<int>(cpus)));
+  return cpus;
+}
+
+// Moves made by both ranks since `since` (this rank's count then).
+int moves_of_both(Communicator& comm, int since) {
+  int moves = transport::CpuSpread::moves() - since;
+  comm.allreduce(BufferView::of(std::span<int>(&moves, 1)));
+  return moves;
+}
 
 TEST_P(Placement, RanksLeftOnOneCpuMoveApart) {
-  cpu_set_t all;
-  CPU_ZERO(&all);
-  ASSERT_EQ(::sched_getaffinity(0, sizeof all, &all), 0);
-  if (CPU_COUNT(&all) < 2) GTEST_SKIP() << "needs 2 CPUs (this process may use 1)";
-  int first = 0;
-  while (!CPU_ISSET(first, &all)) ++first;
   const auto exits = testing::run_ranks(
       2,
       [&](const testing::RankContext& ctx) {
         auto comm = connect(ctx);
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(first, &one);
-        ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
-        comm->barrier();  // both on `first` now
-        ASSERT_EQ(::sched_setaffinity(0, sizeof all, &all), 0);
-        float x = 0;
+        pin_to_first();
+        comm->barrier();  // both on `first_` now
+        allow_all();
         std::array<int, 2> cpus{};
         int rounds = 0;
-        bool apart = false;
         // Up to 20,000: on a loaded host (CI, ctest -j2 running another test beside) 2,000 once
         // ended with both still reported on one CPU at every look and no move.
-        for (; rounds < 200 && !apart; ++rounds) {
-          for (int i = 0; i < 100; ++i) {
-            x = static_cast<float>(ctx.rank + i);
-            comm->allreduce(BufferView::of(std::span<float>(&x, 1)));
-            ASSERT_EQ(x, static_cast<float>(1 + 2 * i));
-          }
-          const int cpu = ::sched_getcpu();
-          comm->allgather(BufferView::of(std::span<const int>(&cpu, 1)),
-                          BufferView::of(std::span<int>(cpus)));
-          apart = cpus[0] != cpus[1];
+        for (; rounds < 200 && cpus[0] == cpus[1]; ++rounds) {
+          allreduces(*comm, ctx.rank, 100);
+          cpus = cpus_now(*comm);
         }
         // Moved apart: seen apart, or (on a busy host, where the scheduler may put them
         // together again) one of them moved.
-        int moves = transport::CpuSpread::moves();
-        comm->allreduce(BufferView::of(std::span<int>(&moves, 1)));
-        EXPECT_TRUE(apart || moves > 0)
+        const int moves = moves_of_both(*comm, 0);
+        EXPECT_TRUE(cpus[0] != cpus[1] || moves > 0)
             << "rank " << ctx.rank << ": both ranks still on CPU " << cpus[0] << " after "
             << rounds * 100 << " allreduces, and neither moved";
         std::printf("rank %d: on CPUs %d and %d after %d allreduces, %d move(s)\n", ctx.rank,
@@ -79,50 +104,29 @@ TEST_P(Placement, RanksLeftOnOneCpuMoveApart) {
 // that moved nothing used to start the 20 ms pause between moves as well, which kept such a
 // pair together for 20 ms (about 8,000 allreduces of theirs) after the binding ended.
 TEST_P(Placement, RanksBoundToOneCpuMoveApartOnceAllowed) {
-  cpu_set_t all;
-  CPU_ZERO(&all);
-  ASSERT_EQ(::sched_getaffinity(0, sizeof all, &all), 0);
-  if (CPU_COUNT(&all) < 2) GTEST_SKIP() << "needs 2 CPUs (this process may use 1)";
-  int first = 0;
-  while (!CPU_ISSET(first, &all)) ++first;
   const auto exits = testing::run_ranks(
       2,
       [&](const testing::RankContext& ctx) {
         auto comm = connect(ctx);
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(first, &one);
-        ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
-        float x = 0;
-        const auto allreduces = [&](int n) {
-          for (int i = 0; i < n; ++i) {
-            x = static_cast<float>(ctx.rank + i);
-            comm->allreduce(BufferView::of(std::span<float>(&x, 1)));
-            ASSERT_EQ(x, static_cast<float>(1 + 2 * i));
-          }
-        };
+        pin_to_first();
         // Bound, they take turns, and each look finds nowhere to go. A move made before the
         // binding (while connecting) started a pause of kRetry: take turns for longer than
         // that, so that only what the looks made of the pause is left.
-        const int moves_before = transport::CpuSpread::moves();
+        const int before = transport::CpuSpread::moves();
         const auto bound_at = Clock::now();
         for (int going = 1; going != 0;) {
-          allreduces(100);
+          allreduces(*comm, ctx.rank, 100);
           going = Clock::now() - bound_at < 2 * transport::CpuSpread::kRetry ? 1 : 0;
           comm->allreduce(BufferView::of(std::span<int>(&going, 1)), ReduceOp::max);
         }
-        const int bound_moves = transport::CpuSpread::moves() - moves_before;
-        comm->barrier();
-        ASSERT_EQ(::sched_setaffinity(0, sizeof all, &all), 0);
-        comm->barrier();  // both allowed everywhere, both still on `first`
-        allreduces(200);
-        const int cpu = ::sched_getcpu();
-        std::array<int, 2> cpus{};
-        comm->allgather(BufferView::of(std::span<const int>(&cpu, 1)),
-                        BufferView::of(std::span<int>(cpus)));
-        int moves = transport::CpuSpread::moves() - moves_before - bound_moves;
-        comm->allreduce(BufferView::of(std::span<int>(&moves, 1)));
-        EXPECT_EQ(bound_moves, 0) << "rank " << ctx.rank << " moved while bound to one CPU";
+        const int bound_moves = moves_of_both(*comm, before);
+        const int allowed_at = transport::CpuSpread::moves();
+        allow_all();
+        comm->barrier();  // both allowed everywhere, both still on `first_`
+        allreduces(*comm, ctx.rank, 200);
+        const auto cpus = cpus_now(*comm);
+        const int moves = moves_of_both(*comm, allowed_at);
+        EXPECT_EQ(bound_moves, 0) << "a rank moved while bound to one CPU";
         EXPECT_TRUE(cpus[0] != cpus[1] || moves > 0)
             << "rank " << ctx.rank << ": both ranks still on CPU " << cpus[0]
             << " 200 allreduces after every CPU was allowed, and neither moved";
