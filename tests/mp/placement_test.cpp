@@ -10,6 +10,7 @@
 // nothing started the 20 ms pause too, together after them in 7 of 8.
 
 #include "mp_util.hpp"
+#include "support/affinity.hpp"
 #include "transport/cpu_spread.hpp"
 
 #include <gtest/gtest.h>
@@ -27,22 +28,13 @@ namespace {
 class Placement : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    CPU_ZERO(&all_);
-    ASSERT_EQ(::sched_getaffinity(0, sizeof all_, &all_), 0);
-    if (CPU_COUNT(&all_) < 2) GTEST_SKIP() << "needs 2 CPUs (this process may use 1)";
-    while (!CPU_ISSET(first_, &all_)) ++first_;
+    if (affinity_.cpus().size() < 2) GTEST_SKIP() << "needs 2 CPUs (this process may use 1)";
   }
 
-  void pin_to_first() const {
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(first_, &one);
-    ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
-  }
-  void allow_all() const { ASSERT_EQ(::sched_setaffinity(0, sizeof all_, &all_), 0); }
+  void pin_to_first() const { ASSERT_TRUE(affinity_.pin(affinity_.cpus()[0])); }
+  void allow_all() const { ASSERT_TRUE(affinity_.allow_all()); }
 
-  cpu_set_t all_{};  ///< the CPUs this process may use
-  int first_ = 0;    ///< the first of them
+  testing::CpuAffinity affinity_;  ///< pins to its first CPU, allows all of them again
 };
 
 // n allreduces of one float, each result checked.
@@ -76,7 +68,7 @@ TEST_P(Placement, RanksLeftOnOneCpuMoveApart) {
       [&](const testing::RankContext& ctx) {
         auto comm = connect(ctx);
         pin_to_first();
-        comm->barrier();  // both on `first_` now
+        comm->barrier();  // both on the first CPU now
         allow_all();
         std::array<int, 2> cpus{};
         int rounds = 0;
@@ -122,7 +114,7 @@ TEST_P(Placement, RanksBoundToOneCpuMoveApartOnceAllowed) {
         const int bound_moves = moves_of_both(*comm, before);
         const int allowed_at = transport::CpuSpread::moves();
         allow_all();
-        comm->barrier();  // both allowed everywhere, both still on `first_`
+        comm->barrier();  // both allowed everywhere, both still on the first CPU
         allreduces(*comm, ctx.rank, 200);
         const auto cpus = cpus_now(*comm);
         const int moves = moves_of_both(*comm, allowed_at);

@@ -5,9 +5,9 @@
 
 #include "transport/cpu_spread.hpp"
 
-#include <gtest/gtest.h>
+#include "support/affinity.hpp"
 
-#include <sched.h>
+#include <gtest/gtest.h>
 
 namespace tandem::transport::test {
 namespace {
@@ -16,28 +16,17 @@ namespace {
 class Affinity : public ::testing::Test {
  protected:
   void SetUp() override {
-    CPU_ZERO(&all_);
-    ASSERT_EQ(::sched_getaffinity(0, sizeof all_, &all_), 0);
-    if (CPU_COUNT(&all_) < 2) GTEST_SKIP() << "needs 2 CPUs (this process may use 1)";
-    for (int c = 0, k = 0; c < CPU_SETSIZE && k < 2; ++c)
-      if (CPU_ISSET(c, &all_)) cpus_[k++] = c;
+    if (affinity_.cpus().size() < 2) GTEST_SKIP() << "needs 2 CPUs (this process may use 1)";
+    cpus_[0] = affinity_.cpus()[0];
+    cpus_[1] = affinity_.cpus()[1];
   }
-  void TearDown() override { ::sched_setaffinity(0, sizeof all_, &all_); }
+  void TearDown() override { affinity_.allow_all(); }
 
-  void pin(int cpu) {
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
-  }
-  void allow_all() { ASSERT_EQ(::sched_setaffinity(0, sizeof all_, &all_), 0); }
-  bool allows_all() const {
-    cpu_set_t now;
-    CPU_ZERO(&now);
-    return ::sched_getaffinity(0, sizeof now, &now) == 0 && CPU_EQUAL(&now, &all_);
-  }
+  void pin(int cpu) const { ASSERT_TRUE(affinity_.pin(cpu)); }
+  void allow_all() const { ASSERT_TRUE(affinity_.allow_all()); }
+  bool allows_all() const { return affinity_.allows_all(); }
 
-  cpu_set_t all_{};
+  testing::CpuAffinity affinity_;
   int cpus_[2] = {-1, -1};  // the first two CPUs this thread may use
 };
 
@@ -77,7 +66,7 @@ TEST_F(Affinity, TheRankOnItsOwnCpuStaysAndItsLookDoesNotDelayALaterMove) {
 }
 
 TEST_F(Affinity, MoreRanksThanAllowedCpusMoveNowhere) {
-  CpuSpread spread(1, CPU_COUNT(&all_) + 1);
+  CpuSpread spread(1, static_cast<int>(affinity_.cpus().size()) + 1);
   pin(cpus_[0]);
   allow_all();
   EXPECT_EQ(spread.move_off(cpus_[0]), -1);
