@@ -1,15 +1,24 @@
 # The two commands of tandem (see README.md):
-#   make demo   install missing Debian packages (as root), build, run the main job
-#   make test   install missing Debian packages (as root), build, run the whole test suite,
+#   make demo   install missing Debian packages (as root) and torch (pip, into .venv), build,
+#               run the main job
+#   make test   the same, then run the whole test suite,
 #               then again under ASan+UBSan, the threaded tests under TSan, and the fuzzers
 BUILD_DIR ?= build
 JOBS ?= 2
 BUILD_TYPE ?= RelWithDebInfo
 WERROR ?= $(if $(CI),ON,OFF)
 CMAKE_FLAGS ?=
+# The virtual environment with torch==2.13.0 and the Python build and test tools
+# (scripts/python-env.sh makes it from PYTHON, python3 by default).
+VENV ?= $(CURDIR)/.venv
+
+# ccache keys on paths relative to the clone: a second build folder at the same depth (the
+# pip install test's build-pip/) reuses the objects of build/ when its flags are the same.
+export CCACHE_BASEDIR ?= $(CURDIR)
+export CCACHE_NOHASHDIR ?= 1
 
 FUZZ_SECONDS ?= $(if $(CI),10,20)
-STAGES_ENV = BUILD_DIR=$(BUILD_DIR) JOBS=$(JOBS) BUILD_TYPE=$(BUILD_TYPE) WERROR=$(WERROR) \
+STAGES_ENV = PYTHON=$(VENV)/bin/python BUILD_DIR=$(BUILD_DIR) JOBS=$(JOBS) BUILD_TYPE=$(BUILD_TYPE) WERROR=$(WERROR) \
   FUZZ_SECONDS=$(FUZZ_SECONDS)
 
 .PHONY: all deps configure build demo test test-asan test-python test-tsan fuzz clean
@@ -18,10 +27,12 @@ all: build
 
 deps:
 	@scripts/install-deps.sh
+	@VENV=$(VENV) scripts/python-env.sh >/dev/null
 
 configure: deps
 	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
-	  -DTANDEM_WERROR=$(WERROR) $(CMAKE_FLAGS) > $(BUILD_DIR).configure.log 2>&1 \
+	  -DTANDEM_WERROR=$(WERROR) \
+	  -DPython3_EXECUTABLE=$(VENV)/bin/python $(CMAKE_FLAGS) > $(BUILD_DIR).configure.log 2>&1 \
 	  || { cat $(BUILD_DIR).configure.log; exit 1; }
 
 build: configure

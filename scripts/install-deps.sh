@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages tandem needs that are not installed yet.
+# Installs the Debian 12 packages tandem needs that are not installed yet (the Python
+# packages, torch among them, come from pip: scripts/python-env.sh).
 # Needs root (apt-get); prints what it would install and exits 1 when not root.
 set -euo pipefail
 
@@ -10,8 +11,8 @@ packages=(
   libhwloc-dev libhwy-dev zlib1g-dev libucx-dev
   iproute2 procps clang-format
   clang libclang-rt-14-dev llvm  # libFuzzer (make fuzz), llvm-symbolizer for sanitizer reports
-  python3-torch libtorch-dev dataset-fashion-mnist
-  python3-dev python3-pybind11 python3-pytest  # the torch.distributed backend and its tests
+  dataset-fashion-mnist
+  python3 python3-dev python3-venv  # .venv: torch, pytest from pip (scripts/python-env.sh)
 )
 [ "${1:-}" = "--list" ] && { printf '%s\n' "${packages[@]}"; exit 0; }
 

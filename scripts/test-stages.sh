@@ -115,9 +115,9 @@ asan_targets() {
   for d in ${ASAN_DIRS//;/ }; do printf 'test_%s ' "${d//\//_}"; done
 }
 
-# The torch.distributed backend (tests/python) with Debian's python3 and pytest, against the
+# The torch.distributed backend (tests/python) with .venv's python, torch and pytest, against the
 # main build's package; skipped visibly when that python cannot import torch or pytest.
-PYTHON=${PYTHON:-/usr/bin/python3}
+PYTHON=${PYTHON:-$PWD/.venv/bin/python}
 stage_python() {
   local log="$BUILD_DIR/pytest.log" t0 line n
   t0=$(now)

@@ -8,13 +8,13 @@
 #   MAX_STEPS=220 bench/pytorch_ddp/run.sh          # timing: 220 steps, the last 200 timed
 #   EPOCHS=10 bench/pytorch_ddp/run.sh              # accuracy: 10 epochs per run
 #
-# PyTorch: Debian's python3-torch for /usr/bin/python3, gloo, launched by Debian's torchrun
+# PyTorch: torch 2.13.0 from pip in <repo>/.venv (scripts/python-env.sh), gloo, launched by its torchrun
 # (train.py in this folder). tandem: BUILD_DIR/bin/tandemrun and BUILD_DIR/bin/fashion_mnist
 # (BUILD_DIR default: <repo>/build; make build); with WITH_TANDEM=0, or when they are missing,
 # only PyTorch runs. Knobs: EPOCHS (default 1), MAX_STEPS (default 0: full epochs), BATCH
 # (per rank, default 64), NP (default 2), RUN_TIMEOUT (seconds per run, default 3600), OUT
 # (raw logs; default: a fresh temporary directory, named on the first line).
-# Installs python3-torch and dataset-fashion-mnist when missing (as root).
+# Installs torch (scripts/python-env.sh) and dataset-fashion-mnist (as root) when missing.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,25 +25,31 @@ MAX_STEPS=${MAX_STEPS:-0}
 BATCH=${BATCH:-64}
 NP=${NP:-2}
 RUN_TIMEOUT=${RUN_TIMEOUT:-3600}
-PYTHON=${PYTHON:-/usr/bin/python3}
-TORCHRUN=${TORCHRUN:-/usr/bin/torchrun}
+PYTHON=${PYTHON:-$repo/.venv/bin/python}
+TORCHRUN=${TORCHRUN:-$(dirname "$PYTHON")/torchrun}
 DATA=/usr/share/datasets/fashion-mnist
 if [ -z "${WITH_TANDEM:-}" ]; then
   WITH_TANDEM=0
   [ -x "$BUILD_DIR/bin/tandemrun" ] && [ -x "$BUILD_DIR/bin/fashion_mnist" ] && WITH_TANDEM=1
 fi
 
-if ! "$PYTHON" -c "import torch" 2>/dev/null || [ ! -x "$TORCHRUN" ] ||
-  [ ! -f "$DATA/train-images-idx3-ubyte.gz" ]; then
+if ! "$PYTHON" -c "import torch" 2>/dev/null || [ ! -x "$TORCHRUN" ]; then
+  [ "$PYTHON" = "$repo/.venv/bin/python" ] || {
+    echo "run.sh: $PYTHON cannot import torch or $TORCHRUN is missing" >&2
+    exit 1
+  }
+  "$repo/scripts/python-env.sh" >/dev/null
+fi
+if [ ! -f "$DATA/train-images-idx3-ubyte.gz" ]; then
   if [ "$(id -u)" -ne 0 ]; then
-    echo "run.sh: PyTorch for $PYTHON, $TORCHRUN or the dataset in $DATA is missing; run as" \
-      "root, or: sudo apt-get install -y python3-torch dataset-fashion-mnist" >&2
+    echo "run.sh: the dataset in $DATA is missing; run as root, or:" \
+      "sudo apt-get install -y dataset-fashion-mnist" >&2
     exit 1
   fi
-  echo "run.sh: installing python3-torch dataset-fashion-mnist"
+  echo "run.sh: installing dataset-fashion-mnist"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q
-  apt-get install -y -q --no-install-recommends python3-torch dataset-fashion-mnist
+  apt-get install -y -q --no-install-recommends dataset-fashion-mnist
 fi
 if [ "$WITH_TANDEM" = 1 ]; then
   for b in tandemrun fashion_mnist; do

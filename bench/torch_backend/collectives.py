@@ -8,8 +8,8 @@ For each collective (all_reduce, broadcast, all_gather) and size from --min to -
     row: backend=B collective=C bytes=N iters=I time_us=T algbw=A busbw=W
 T: mean time per call over I timed calls after --warmup, the slowest rank's (max over ranks).
 algbw = bytes / T; busbw = algbw x 2(n-1)/n for all_reduce, (n-1)/n for all_gather, x1 for
-broadcast (nccl-tests' formulas). float32 tensors; all_gather (the list form, which Gloo has)
-counts its output's bytes.
+broadcast (nccl-tests' formulas). float32 tensors; all_gather (all_gather_into_tensor, one output
+tensor) counts its output's bytes.
 """
 import argparse
 import time
@@ -51,10 +51,10 @@ def main():
             n = max(1, nbytes // 4)
             if coll == "all_gather":
                 n = max(1, n // world)
-                # The list form: Gloo in torch 1.13 has no all_gather_into_tensor.
-                out = list(torch.empty(n * world).split(n))
+                # The one-tensor form torch 2.x's own code (FSDP, DTensor) calls.
+                out = torch.empty(n * world)
                 t = torch.ones(n)
-                call = lambda: dist.all_gather(out, t)  # noqa: E731
+                call = lambda: dist.all_gather_into_tensor(out, t)  # noqa: E731
             elif coll == "broadcast":
                 t = torch.ones(n)
                 call = lambda: dist.broadcast(t, src=0)  # noqa: E731

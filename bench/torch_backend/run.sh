@@ -13,7 +13,8 @@
 # Knobs: MIN, MAX, FACTOR (bench/lib.sh), NP (2), ROUNDS (3), BUDGET (timed seconds per size, 0.5),
 # EPOCHS (1), MAX_STEPS (0: whole epochs), DDP_ROUNDS (3: interleaved DDP runs, medians),
 # OUT (default: a fresh temporary directory).
-# Needs make build; installs python3-torch, dataset-fashion-mnist and gnuplot when missing.
+# Needs make build (which makes .venv with torch 2.13.0); installs dataset-fashion-mnist and
+# gnuplot when missing.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -24,10 +25,10 @@ ROUNDS=${ROUNDS:-3}
 EPOCHS=${EPOCHS:-1}
 MAX_STEPS=${MAX_STEPS:-0}
 DDP_ROUNDS=${DDP_ROUNDS:-3}
-PYTHON=${PYTHON:-/usr/bin/python3}
+PYTHON=${PYTHON:-$repo/.venv/bin/python}
 export TANDEM_PYTHON=$PYTHON OMP_NUM_THREADS=1
 
-"$PYTHON" -c "import torch" 2>/dev/null || install_packages "PyTorch" python3-torch
+"$PYTHON" -c "import torch" 2>/dev/null || { echo "run.sh: $PYTHON cannot import torch: make build" >&2; exit 1; }
 [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
   install_packages "Fashion-MNIST" dataset-fashion-mnist
 command -v gnuplot >/dev/null || install_packages "gnuplot" gnuplot-nox

@@ -110,6 +110,15 @@ void Group::shutdown() {
   // The last reference may be held by a call in flight on another thread: it closes then.
 }
 
+void Group::abort() {
+  std::shared_ptr<Communicator> comm;
+  {
+    std::lock_guard lock(mutex_);
+    comm.swap(comm_);
+  }
+  if (comm) comm->abort("the process group was aborted on this rank (ProcessGroup.abort)");
+}
+
 WorkPtr Group::launch(c10d::OpType type, Tensors outputs, std::vector<std::shared_ptr<Work>> parts,
                       std::function<void()> on_success, Tensors keep) {
   seq_.fetch_add(1, std::memory_order_relaxed);

@@ -1,7 +1,7 @@
 #pragma once
 // Every torch.distributed collective on a tandem Communicator, in terms that do not depend on
 // the torch version: tensors and c10d option structs in, a c10d Work out. The version-specific
-// ProcessGroup subclass (process_group_torch1.cpp) only forwards its virtual methods here.
+// c10d::Backend subclass (backend.cpp) only forwards its virtual methods here.
 
 #include "python/tensors.hpp"
 
@@ -56,7 +56,10 @@ class Group {
   std::uint64_t sequence_number() const noexcept { return seq_.load(std::memory_order_relaxed); }
   /// Closes the communicator (graceful: the peers are told); later calls fail.
   void shutdown();
-  /// The communicator, or Error(Aborted) after shutdown().
+  /// Fails the calls in flight with Aborted now and closes the communicator; later calls
+  /// fail too.
+  void abort();
+  /// The communicator, or Error(Aborted) after shutdown() or abort().
   std::shared_ptr<Communicator> comm();
 
  private:

@@ -2,7 +2,7 @@
 // tandem's errors into the Python exceptions of tandem.torch (RuntimeError subclasses, torch's
 // DistBackendError where it exists), with tandem's message unchanged.
 
-#include "python/process_group_torch1.hpp"
+#include "python/backend.hpp"
 #include "python/store_adapter.hpp"
 
 #include <tandem/error.hpp>
@@ -33,21 +33,23 @@ void translate_errors() {
 }  // namespace tandem::python
 
 PYBIND11_MODULE(_backend, m) {
-  using tandem::python::ProcessGroupTandem;
+  using tandem::python::BackendTandem;
   m.doc() = "tandem's torch.distributed backend (import tandem.torch to register it)";
-  // torch.distributed registers c10d::ProcessGroup and c10d::Store with pybind11 first.
+  // torch.distributed registers c10d::Backend and c10d::Store with pybind11 first.
   py::module_::import("torch.distributed");
   tandem::python::translate_errors();
 
-  py::class_<ProcessGroupTandem, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupTandem>>(
-      m, "ProcessGroupTandem")
+  py::class_<BackendTandem, c10d::Backend, c10::intrusive_ptr<BackendTandem>>(m, "BackendTandem")
       .def(
-          "_shutdown", [](ProcessGroupTandem& pg) { pg.group().shutdown(); },
+          "_shutdown", [](BackendTandem& b) { b.shutdown(); },
           py::call_guard<py::gil_scoped_release>(),
           "Closes the communicator (the peers are told this rank left on purpose)")
       .def(
+          "_abort", [](BackendTandem& b) { b.abort(); }, py::call_guard<py::gil_scoped_release>(),
+          "Fails this rank's calls in flight with Aborted and closes the communicator")
+      .def(
           "_transport_to",
-          [](ProcessGroupTandem& pg, int peer) {
+          [](BackendTandem& pg, int peer) {
             return std::string(pg.group().comm()->transport_to(peer));
           },
           "How this rank reaches `peer`: shm, tcp or self");
@@ -56,11 +58,11 @@ PYBIND11_MODULE(_backend, m) {
       "create",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
          std::chrono::milliseconds timeout) {
-        return c10::make_intrusive<ProcessGroupTandem>(
+        return c10::make_intrusive<BackendTandem>(
             std::make_shared<tandem::python::C10dStore>(store), rank, size, timeout);
       },
       py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
       py::call_guard<py::gil_scoped_release>(),
-      "A process group of backend 'tandem' over the torch.distributed store (blocks until "
-      "every rank joined)");
+      "A c10d Backend 'tandem' over the torch.distributed store (blocks until every rank "
+      "joined)");
 }

@@ -180,6 +180,26 @@ void TandemWork::complete_future() {
   }
 }
 
+#if TANDEM_HAVE_FUTURE_RESULT
+c10::intrusive_ptr<c10::ivalue::Future> TandemWork::getFutureResult() {
+  auto result = c10::make_intrusive<c10::ivalue::Future>(c10::IntType::get());
+  getFuture()->addCallback([result](c10::ivalue::Future& f) {
+    auto r = c10d::WorkResult::SUCCESS;
+    if (f.hasError()) {
+      r = c10d::WorkResult::COMM_ERROR;
+      try {
+        std::rethrow_exception(f.exception_ptr());
+      } catch (const Error& e) {
+        if (e.code() == ErrorCode::Timeout) r = c10d::WorkResult::TIMEOUT;
+      } catch (...) {
+      }
+    }
+    result->markCompleted(c10::IValue(static_cast<std::int64_t>(r)));
+  });
+  return result;
+}
+#endif
+
 std::vector<at::Tensor> TandemWork::result() {
   return outputs_;
 }

@@ -5,6 +5,8 @@
 // chain on, is completed on a thread of its own, so that a hook that waits for a second
 // collective inside a callback (PowerSGD does) cannot block tandem's worker thread.
 
+#include "python/torch_compat.hpp"
+
 #include <tandem/work.hpp>
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -38,6 +40,11 @@ class TandemWork final : public c10d::Work {
   std::exception_ptr exception() const override;
   bool wait(std::chrono::milliseconds timeout) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+#if TANDEM_HAVE_FUTURE_RESULT
+  /// A future that completes, never with an error, with the c10d::WorkResult of this work:
+  /// SUCCESS, TIMEOUT (a deadline passed) or COMM_ERROR (any other failure).
+  c10::intrusive_ptr<c10::ivalue::Future> getFutureResult() override;
+#endif
   std::vector<at::Tensor> result() override;
   void synchronize() override {}
 

@@ -22,12 +22,16 @@
 #include <span>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 namespace tandem::torch {
 
 namespace {
 
 using ::torch::autograd::Node;
+// How autograd hands out a parameter's gradient accumulator: a shared_ptr up to torch 2.12,
+// an intrusive_ptr from 2.13.
+using NodePtr = decltype(::torch::autograd::impl::grad_accumulator(std::declval<at::Tensor>()));
 
 struct NamedTensor {
   std::string name;
@@ -148,7 +152,7 @@ struct DistributedDataParallel::Impl {
   std::vector<std::string> names;
   std::unique_ptr<ddp::Reducer> reducer;
   /// Kept alive so that every graph built from a parameter uses this node, and its hook.
-  std::vector<std::shared_ptr<Node>> accumulators;
+  std::vector<NodePtr> accumulators;
   std::vector<std::uintptr_t> hook_keys;
   std::unordered_map<const Node*, std::size_t> index_of;
 
@@ -160,7 +164,7 @@ struct DistributedDataParallel::Impl {
   std::optional<std::vector<std::uint8_t>> reachable;
   std::uint64_t viewed_generation = std::numeric_limits<std::uint64_t>::max();
 
-  void hook(std::size_t i, std::shared_ptr<Node> acc);
+  void hook(std::size_t i, NodePtr acc);
   void rehook_replaced_accumulators();
   void on_gradient(std::size_t i);
   void begin_pass();
@@ -187,7 +191,7 @@ void DistributedDataParallel::Impl::refresh_gradient(std::size_t i, bool allocat
   reducer->set_gradient(i, detail::view_of(g));
 }
 
-void DistributedDataParallel::Impl::hook(std::size_t i, std::shared_ptr<Node> acc) {
+void DistributedDataParallel::Impl::hook(std::size_t i, NodePtr acc) {
   TANDEM_CHECK(acc != nullptr, "parameter '{}' has no gradient accumulator", names[i]);
   Impl* self = this;
   const auto key = acc->add_post_hook(std::make_unique<::torch::autograd::utils::LambdaPostHook>(

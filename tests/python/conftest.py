@@ -17,7 +17,7 @@ TANDEMRUN = os.path.join(BUILD, "bin", "tandemrun")
 try:
     import torch.distributed  # noqa: F401
 except ImportError as e:  # pragma: no cover - the stage skips without torch
-    pytest.skip(f"torch is not importable ({e}): install python3-torch", allow_module_level=True)
+    pytest.skip(f"torch is not importable ({e}): run scripts/python-env.sh and use .venv/bin/python", allow_module_level=True)
 
 if not os.path.isdir(os.path.join(PYTHONPATH, "tandem")):
     pytest.skip(f"the tandem Python package is not built in {PYTHONPATH}", allow_module_level=True)

@@ -49,9 +49,19 @@ def test_killed_rank_is_named_on_every_survivor():
     for r in (0, 2):
         rep = reports[r]
         assert rep["error"] == "PeerLostError", rep
-        assert rep["runtime_error"], rep
+        assert rep["runtime_error"] and rep["dist_backend_error"], rep
         assert "rank 1" in rep["message"] and str(dead) in rep["message"], rep
+        assert rep["host"] in rep["message"], rep
         print(f"rank {r} raised {rep['elapsed']:.2f} s after rank 1 was killed")
+
+
+def test_abort_on_one_rank_is_named_on_every_other():
+    reports, _ = run("abort")
+    for r in (0, 2):
+        rep = reports[r]
+        assert rep["error"] in ("AbortedError", "PeerLostError"), rep
+        assert rep["dist_backend_error"], rep
+        assert "rank 1" in rep["message"], rep
 
 
 def test_frozen_rank_fails_the_others_at_the_group_timeout():

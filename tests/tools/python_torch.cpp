@@ -9,7 +9,8 @@
 namespace tandem::testing {
 
 std::string python_with_torch(std::string* why_not) {
-  std::vector<std::string> candidates{"/usr/bin/python3"};
+  // The build's Python (.venv/bin/python, with torch from pip) first, then PATH's python3.
+  std::vector<std::string> candidates{TANDEM_TEST_PYTHON};
   if (const char* path = std::getenv("PATH")) {
     std::string p = path;
     std::size_t start = 0;

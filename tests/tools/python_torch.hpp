@@ -1,5 +1,5 @@
 #pragma once
-// Finding a Python that can import torch.distributed (Debian's python3-torch), for the tests
+// Finding a Python that can import torch.distributed (the build's .venv), for the tests
 // that run a PyTorch script under tandemrun unchanged.
 
 #include <string>

@@ -16,7 +16,7 @@ TEST(TandemrunTorch, TorchDistributedGlooScriptRunsUnchanged) {
   const std::string python = python_with_torch(&why);
   if (python.empty()) {
     GTEST_SKIP() << "python3 cannot import torch.distributed (" << why
-                 << "); install Debian's python3-torch to run this test";
+                 << "); run scripts/python-env.sh (torch into .venv) to run this test";
   }
   TempDir dir;
   const std::string script = dir.file("allreduce.py");

@@ -22,6 +22,7 @@
 #include <sys/mount.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <type_traits>
 #include <unistd.h>
 
 namespace tandem::torchtest {
@@ -33,10 +34,22 @@ using torch::DistributedDataParallel;
 using torch::TrainingState;
 namespace F = ::torch::nn::functional;
 
+// The optimizer's state key of parameter `p`: its TensorImpl's address (torch 2.13 on), or
+// that address printed (before).
+template <typename Optimizer>
+auto state_key(const Optimizer& opt, const ::torch::Tensor& p) {
+  using Key = typename std::decay_t<decltype(opt.state())>::key_type;
+  if constexpr (std::is_same_v<Key, void*>) {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  } else {
+    return Key(c10::str(p.unsafeGetTensorImpl()));
+  }
+}
+
 std::vector<::torch::Tensor> momenta(::torch::optim::SGD& opt) {
   std::vector<::torch::Tensor> out;
   for (const auto& p : opt.param_groups()[0].params()) {
-    const auto it = opt.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+    const auto it = opt.state().find(state_key(opt, p));
     if (it == opt.state().end()) {
       out.emplace_back();
       continue;

@@ -83,4 +83,6 @@ def _close_groups():
 
 
 if BACKEND.upper() not in dist.Backend._plugins:
-    dist.Backend.register_backend(BACKEND, _create)
+    # One backend object per group serves CPU and CUDA tensors (CUDA through tandem's CUDA
+    # backend: NCCL, or CUDA IPC between the ranks of one host).
+    dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "cuda"])

@@ -5,6 +5,7 @@ import datetime
 import json
 import os
 import signal
+import socket
 import sys
 import time
 
@@ -58,6 +59,11 @@ try:
         mark()
         os.kill(os.getpid(), signal.SIGSTOP)
         sys.exit(0)
+    if mode == "abort" and misbehaving:
+        report(error=None, message="aborted its group")
+        mark()
+        dist.group.WORLD.abort()
+        sys.exit(0)
     if mode == "mismatch":
         mark()
         dist.all_reduce(torch.ones(4 + rank))
@@ -67,4 +73,5 @@ try:
     report(error=None, message="no error")
 except Exception as e:  # noqa: BLE001 - the point of the test
     report(error=type(e).__name__, message=str(e), runtime_error=isinstance(e, RuntimeError),
+           dist_backend_error=isinstance(e, dist.DistBackendError), host=socket.gethostname(),
            elapsed=time.time() - misbehaved_at())

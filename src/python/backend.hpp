@@ -1,19 +1,22 @@
 #pragma once
-// The one torch-version-specific piece: backend "tandem" as a c10d::ProcessGroup subclass,
-// the plugin API of torch 1.x (built and tested with 1.13.1). torch 2.x makes backends
-// subclasses of c10d::Backend with the same virtual methods: a port replaces this file
-// (and its two lines in module.cpp) and touches nothing else.
+// Backend "tandem" as torch 2.x sees it: a c10d::Backend, registered for devices cpu and cuda
+// (torch.distributed wraps it in a c10d::ProcessGroup per group). Its virtual methods forward
+// to Group, which holds every collective; the differences between torch releases are in
+// torch_compat.hpp.
 
 #include "python/group.hpp"
+#include "python/torch_compat.hpp"
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+
+#include <string>
 
 namespace tandem::python {
 
-class ProcessGroupTandem final : public c10d::ProcessGroup {
+class BackendTandem final : public c10d::Backend {
  public:
-  ProcessGroupTandem(std::shared_ptr<store::Store> store, int rank, int size,
-                     std::chrono::milliseconds timeout);
+  BackendTandem(std::shared_ptr<store::Store> store, int rank, int size,
+                std::chrono::milliseconds timeout);
 
   const std::string getBackendName() const override { return "tandem"; }
 
@@ -46,6 +49,13 @@ class ProcessGroupTandem final : public c10d::ProcessGroup {
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
   void setSequenceNumberForGroup() override {}
   std::uint64_t getSequenceNumberForGroup() override { return group_.sequence_number(); }
+
+  /// destroy_process_group: closes the communicator; the peers are told this rank left on
+  /// purpose, and this group's later calls fail with Aborted.
+  void shutdown() TANDEM_OVERRIDE_SINCE_2_7;
+  /// _abort_process_group / ProcessGroup.abort(): fails this rank's pending and later calls
+  /// with Aborted at once and tells the peers, whose calls fail with Aborted naming it.
+  void abort() TANDEM_OVERRIDE_SINCE_2_7;
 
   Group& group() noexcept { return group_; }
 

@@ -1,0 +1,31 @@
+#pragma once
+// The differences between the torch releases backend "tandem" builds against (2.4 through
+// 2.14), in one place, keyed on <torch/version.h>. Everything else in src/python is written
+// once against c10d::Backend and c10d::Work as all of these releases have them.
+//
+//   TANDEM_TORCH_AT_LEAST(M, m)    true when building against torch M.m or later
+//   TANDEM_OVERRIDE_SINCE_2_7      `override` where c10d::Backend declares abort() and
+//                                  shutdown() (torch 2.7); empty before, where they are
+//                                  methods of backend "tandem" alone, called from Python
+//   TANDEM_HAVE_FUTURE_RESULT      1 where c10d::Work declares getFutureResult() (torch 2.6)
+
+#include <torch/version.h>
+
+#define TANDEM_TORCH_VERSION (TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR)
+#define TANDEM_TORCH_AT_LEAST(major, minor) (TANDEM_TORCH_VERSION >= (major)*100 + (minor))
+
+#if !TANDEM_TORCH_AT_LEAST(2, 4)
+#error "backend 'tandem' needs torch 2.4 or later (pip install torch==2.13.0)"
+#endif
+
+#if TANDEM_TORCH_AT_LEAST(2, 7)
+#define TANDEM_OVERRIDE_SINCE_2_7 override
+#else
+#define TANDEM_OVERRIDE_SINCE_2_7
+#endif
+
+#if TANDEM_TORCH_AT_LEAST(2, 6)
+#define TANDEM_HAVE_FUTURE_RESULT 1
+#else
+#define TANDEM_HAVE_FUTURE_RESULT 0
+#endif
