@@ -25,10 +25,10 @@ torch::Tensor NetImpl::forward(torch::Tensor x) {
 AutocastScope::AutocastScope(Precision precision) {
   if (precision != Precision::bf16) return;
   active_ = true;
-  was_enabled_ = at::autocast::is_cpu_enabled();
-  previous_dtype_ = at::autocast::get_autocast_cpu_dtype();
-  at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-  at::autocast::set_cpu_enabled(true);
+  was_enabled_ = at::autocast::is_autocast_enabled(at::kCPU);
+  previous_dtype_ = at::autocast::get_autocast_dtype(at::kCPU);
+  at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+  at::autocast::set_autocast_enabled(at::kCPU, true);
   at::autocast::increment_nesting();
 }
 
@@ -36,8 +36,8 @@ AutocastScope::~AutocastScope() {
   if (!active_) return;
   // Leaving the outermost scope drops the weights cast for it (they change every step).
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  at::autocast::set_cpu_enabled(was_enabled_);
-  at::autocast::set_autocast_cpu_dtype(previous_dtype_);
+  at::autocast::set_autocast_enabled(at::kCPU, was_enabled_);
+  at::autocast::set_autocast_dtype(at::kCPU, previous_dtype_);
 }
 
 Evaluation evaluate(Net& net, const tandem::data::ImageDataset& test, tandem::Communicator& comm,
