@@ -28,6 +28,14 @@ WorkPtr BackendTandem::_allgather_base(at::Tensor& out, at::Tensor& in,
                                        const c10d::AllgatherOptions&) {
   return group_.allgather_base(out, in);
 }
+WorkPtr BackendTandem::allgather_coalesced(std::vector<Tensors>& out, Tensors& in,
+                                           const c10d::AllgatherOptions&) {
+  return group_.allgather_coalesced(out, in);
+}
+WorkPtr BackendTandem::allgather_into_tensor_coalesced(Tensors& out, Tensors& in,
+                                                       const c10d::AllgatherOptions&) {
+  return group_.allgather_into_tensor_coalesced(out, in);
+}
 WorkPtr BackendTandem::gather(std::vector<Tensors>& out, Tensors& in,
                               const c10d::GatherOptions& o) {
   return group_.gather(out, in, o);
@@ -43,6 +51,10 @@ WorkPtr BackendTandem::reduce_scatter(Tensors& out, std::vector<Tensors>& in,
 WorkPtr BackendTandem::_reduce_scatter_base(at::Tensor& out, at::Tensor& in,
                                             const c10d::ReduceScatterOptions& o) {
   return group_.reduce_scatter_base(out, in, o);
+}
+WorkPtr BackendTandem::reduce_scatter_tensor_coalesced(Tensors& out, Tensors& in,
+                                                       const c10d::ReduceScatterOptions& o) {
+  return group_.reduce_scatter_tensor_coalesced(out, in, o);
 }
 WorkPtr BackendTandem::alltoall_base(at::Tensor& out, at::Tensor& in,
                                      std::vector<std::int64_t>& out_splits,

@@ -19,6 +19,10 @@ class BackendTandem final : public c10d::Backend {
                 std::chrono::milliseconds timeout);
 
   const std::string getBackendName() const override { return "tandem"; }
+  /// batch_isend_irecv and _coalescing_manager bracket their calls with start/endCoalescing.
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override { group_.start_coalescing(); }
+  WorkPtr endCoalescing() override { return group_.end_coalescing(); }
 
   WorkPtr broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts) override;
   WorkPtr allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) override;
@@ -29,6 +33,10 @@ class BackendTandem final : public c10d::Backend {
                     const c10d::AllgatherOptions& opts) override;
   WorkPtr _allgather_base(at::Tensor& output, at::Tensor& input,
                           const c10d::AllgatherOptions& opts) override;
+  WorkPtr allgather_coalesced(std::vector<Tensors>& outputs, Tensors& inputs,
+                              const c10d::AllgatherOptions& opts) override;
+  WorkPtr allgather_into_tensor_coalesced(Tensors& outputs, Tensors& inputs,
+                                          const c10d::AllgatherOptions& opts) override;
   WorkPtr gather(std::vector<Tensors>& outputs, Tensors& inputs,
                  const c10d::GatherOptions& opts) override;
   WorkPtr scatter(Tensors& outputs, std::vector<Tensors>& inputs,
@@ -37,6 +45,8 @@ class BackendTandem final : public c10d::Backend {
                          const c10d::ReduceScatterOptions& opts) override;
   WorkPtr _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                const c10d::ReduceScatterOptions& opts) override;
+  WorkPtr reduce_scatter_tensor_coalesced(Tensors& outputs, Tensors& inputs,
+                                          const c10d::ReduceScatterOptions& opts) override;
   WorkPtr alltoall_base(at::Tensor& output, at::Tensor& input,
                         std::vector<std::int64_t>& output_splits,
                         std::vector<std::int64_t>& input_splits,

@@ -124,7 +124,29 @@ WorkPtr Group::launch(c10d::OpType type, Tensors outputs, std::vector<std::share
   seq_.fetch_add(1, std::memory_order_relaxed);
   auto work = c10::make_intrusive<TandemWork>(rank_, type, std::move(outputs), timeout_);
   work->track(std::move(parts), std::move(on_success), std::move(keep));
+  {
+    std::lock_guard lock(block_mutex_);
+    if (coalescing_) block_.push_back(work);
+  }
   return work;
+}
+
+WorkPtr Group::launch_pieces(c10d::OpType type, Tensors outputs, std::vector<Piece> pieces) {
+  std::vector<std::shared_ptr<Work>> parts;
+  std::vector<std::function<void()>> dones;
+  Tensors keep;
+  for (auto& p : pieces) {
+    parts.push_back(std::move(p.part));
+    if (p.done) dones.push_back(std::move(p.done));
+    keep.insert(keep.end(), p.keep.begin(), p.keep.end());
+  }
+  std::function<void()> done;
+  if (!dones.empty()) {
+    done = [dones = std::move(dones)] {
+      for (const auto& d : dones) d();
+    };
+  }
+  return launch(type, std::move(outputs), std::move(parts), std::move(done), std::move(keep));
 }
 
 WorkPtr Group::broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts) {
@@ -157,6 +179,7 @@ WorkPtr Group::allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) {
   if (tensors.size() == 1) {
     const auto s = Staged::of(tensors[0]);
     const auto v = view_of(s.buffer, true, name);
+    premultiply_(s.buffer, opts.reduceOp);
     auto part = comm()->allreduce_async(v, v, op);
     auto done = copy_back(s);
     return launch(c10d::OpType::ALLREDUCE, tensors, {part}, std::move(done), {s.buffer});
@@ -168,6 +191,7 @@ WorkPtr Group::allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) {
                    name, c10::toString(type));
   const auto acc = combine(tensors, opts.reduceOp).contiguous();
   const auto v = view_of(acc, true, name);
+  premultiply_(acc, opts.reduceOp);
   auto part = comm()->allreduce_async(v, v, op);
   const bool average = opts.reduceOp.op_ == c10d::ReduceOp::AVG;
   auto done = [acc, tensors, average] {
@@ -191,6 +215,7 @@ WorkPtr Group::allreduce_coalesced(Tensors& tensors, const c10d::AllreduceCoales
   const ReduceOp op = reduce_op_of(opts.reduceOp, type, name);
   const auto flat = flatten(tensors, *pool_);
   const auto v = view_of(flat, true, name);
+  premultiply_(flat, opts.reduceOp);
   auto part = comm()->allreduce_async(v, v, op);
   return launch(c10d::OpType::ALLREDUCE_COALESCED, tensors, {part},
                 [flat, tensors] { unflatten(flat, tensors); }, {flat});
@@ -202,7 +227,10 @@ WorkPtr Group::reduce(Tensors& tensors, const c10d::ReduceOptions& opts) {
   const int root = static_cast<int>(opts.rootRank);
   check_root(root, size_, name);
   const ReduceOp op = reduce_op_of(opts.reduceOp, tensors[0].scalar_type(), name);
-  const auto s = Staged::of(tensors[0]);
+  // PREMUL_SUM scales a copy: a rank other than the root keeps its tensor as it was.
+  const auto s = is_premul(opts.reduceOp)
+                     ? Staged{tensors[0], premultiplied(tensors[0], opts.reduceOp)}
+                     : Staged::of(tensors[0]);
   const auto v = view_of(s.buffer, true, name);
   auto part = comm()->reduce_async(v, v, op, root);
   std::function<void()> done;
@@ -232,7 +260,7 @@ WorkPtr Group::allgather(std::vector<Tensors>& outputs, Tensors& inputs) {
                 {in, flat});
 }
 
-WorkPtr Group::allgather_base(at::Tensor& output, at::Tensor& input) {
+Group::Piece Group::allgather_piece(const at::Tensor& output, const at::Tensor& input) {
   constexpr std::string_view name = "all_gather_into_tensor";
   check_tensor(output, name);
   check_tensor(input, name);
@@ -244,8 +272,11 @@ WorkPtr Group::allgather_base(at::Tensor& output, at::Tensor& input) {
   const auto in = input.contiguous();
   const auto s = Staged::of(output);
   auto part = comm()->allgather_async(view_of(in, false, name), view_of(s.buffer, false, name));
-  auto done = copy_back(s);
-  return launch(c10d::OpType::_ALLGATHER_BASE, {output}, {part}, std::move(done), {in, s.buffer});
+  return {std::move(part), copy_back(s), {in, s.buffer}};
+}
+
+WorkPtr Group::allgather_base(at::Tensor& output, at::Tensor& input) {
+  return launch_pieces(c10d::OpType::_ALLGATHER_BASE, {output}, {allgather_piece(output, input)});
 }
 
 WorkPtr Group::gather(std::vector<Tensors>& outputs, Tensors& inputs,
@@ -310,6 +341,7 @@ WorkPtr Group::reduce_scatter(Tensors& outputs, std::vector<Tensors>& inputs,
   check_same_layout(inputs[0], outputs[0], "input_list", name);
   const ReduceOp op = reduce_op_of(opts.reduceOp, outputs[0].scalar_type(), name);
   const auto flat = flatten(inputs[0], *pool_);
+  premultiply_(flat, opts.reduceOp);
   const auto s = Staged::of(outputs[0]);
   auto part =
       comm()->reduce_scatter_async(view_of(flat, true, name), view_of(s.buffer, true, name), op);
@@ -317,8 +349,8 @@ WorkPtr Group::reduce_scatter(Tensors& outputs, std::vector<Tensors>& inputs,
   return launch(c10d::OpType::REDUCE_SCATTER, outputs, {part}, std::move(done), {flat, s.buffer});
 }
 
-WorkPtr Group::reduce_scatter_base(at::Tensor& output, at::Tensor& input,
-                                   const c10d::ReduceScatterOptions& opts) {
+Group::Piece Group::reduce_scatter_piece(const at::Tensor& output, const at::Tensor& input,
+                                         const c10d::ReduceOp& reduce_op) {
   constexpr std::string_view name = "reduce_scatter_tensor";
   check_tensor(output, name);
   check_tensor(input, name);
@@ -327,14 +359,19 @@ WorkPtr Group::reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                    "{}: the input tensor is {} x {}; it must be {} x {} (world size x output)",
                    name, c10::toString(input.scalar_type()), input.numel(),
                    c10::toString(output.scalar_type()), output.numel() * size_);
-  const ReduceOp op = reduce_op_of(opts.reduceOp, output.scalar_type(), name);
-  const auto in = input.contiguous();
+  const ReduceOp op = reduce_op_of(reduce_op, output.scalar_type(), name);
+  // PREMUL_SUM scales a copy: the input is the caller's and stays as it was.
+  const auto in = premultiplied(input, reduce_op).contiguous();
   const auto s = Staged::of(output);
   auto part =
       comm()->reduce_scatter_async(view_of(in, true, name), view_of(s.buffer, true, name), op);
-  auto done = copy_back(s);
-  return launch(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, {part}, std::move(done),
-                {in, s.buffer});
+  return {std::move(part), copy_back(s), {in, s.buffer}};
+}
+
+WorkPtr Group::reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                   const c10d::ReduceScatterOptions& opts) {
+  return launch_pieces(c10d::OpType::_REDUCE_SCATTER_BASE, {output},
+                       {reduce_scatter_piece(output, input, opts.reduceOp)});
 }
 
 WorkPtr Group::alltoallv(const at::Tensor& out, const at::Tensor& in,

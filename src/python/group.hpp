@@ -4,6 +4,7 @@
 // c10d::Backend subclass (backend.cpp) only forwards its virtual methods here.
 
 #include "python/tensors.hpp"
+#include "python/work.hpp"
 
 #include <tandem/communicator.hpp>
 
@@ -49,6 +50,24 @@ class Group {
   WorkPtr send(Tensors& tensors, int dst, int tag);
   WorkPtr recv(Tensors& tensors, int src, int tag);
   WorkPtr barrier(const c10d::BarrierOptions& opts);
+
+  // ---- torch 2.x's coalesced calls and coalescing blocks (coalesced.cpp) -----------------
+  /// all_gather_coalesced: outputs[r][i] receives rank r's inputs[i] (any dtypes and shapes,
+  /// one exchange for all of them).
+  WorkPtr allgather_coalesced(std::vector<Tensors>& outputs, Tensors& inputs);
+  /// all_gather_into_tensor for each pair (outputs[i], inputs[i]), under one Work.
+  WorkPtr allgather_into_tensor_coalesced(Tensors& outputs, Tensors& inputs);
+  /// reduce_scatter_tensor for each pair (outputs[i], inputs[i]), under one Work.
+  WorkPtr reduce_scatter_tensor_coalesced(Tensors& outputs, Tensors& inputs,
+                                          const c10d::ReduceScatterOptions& opts);
+  /// Opens a coalescing block (batch_isend_irecv, _coalescing_manager): the calls that follow
+  /// run as they are issued, as always (sends and receives progress together), and
+  /// end_coalescing() returns one Work that completes when all of them have. Throws
+  /// Error(InvalidArgument) when a block is open already.
+  void start_coalescing();
+  /// Closes the block: one Work over every call since start_coalescing() (a completed one
+  /// when there was none). Throws Error(InvalidArgument) when no block is open.
+  WorkPtr end_coalescing();
   /// A barrier that fails at `timeout` with tandem's report of which ranks never arrived.
   void monitored_barrier(const c10d::BarrierOptions& opts);
 
@@ -65,6 +84,18 @@ class Group {
  private:
   WorkPtr launch(c10d::OpType type, Tensors outputs, std::vector<std::shared_ptr<Work>> parts,
                  std::function<void()> on_success = {}, Tensors keep = {});
+  /// One tensor-to-tensor all_gather or reduce_scatter, submitted: its operation, what
+  /// completes it (copy-back) and what it keeps alive. The single and coalesced calls share
+  /// them.
+  struct Piece {
+    std::shared_ptr<Work> part;
+    std::function<void()> done;
+    Tensors keep;
+  };
+  Piece allgather_piece(const at::Tensor& output, const at::Tensor& input);
+  Piece reduce_scatter_piece(const at::Tensor& output, const at::Tensor& input,
+                             const c10d::ReduceOp& op);
+  WorkPtr launch_pieces(c10d::OpType type, Tensors outputs, std::vector<Piece> pieces);
   WorkPtr alltoallv(const at::Tensor& out, const at::Tensor& in,
                     const std::vector<std::size_t>& send_counts,
                     const std::vector<std::size_t>& recv_counts, Tensors outputs,
@@ -77,6 +108,9 @@ class Group {
   std::shared_ptr<Communicator> comm_;
   std::atomic<std::uint64_t> seq_{0};
   std::shared_ptr<StagingPool> pool_ = std::make_shared<StagingPool>();
+  std::mutex block_mutex_;  // guards the coalescing block
+  bool coalescing_ = false;
+  std::vector<c10::intrusive_ptr<TandemWork>> block_;
 };
 
 }  // namespace tandem::python

@@ -1,5 +1,7 @@
 #include "python/tensors.hpp"
 
+#include "python/torch_compat.hpp"
+
 #include <tandem/error.hpp>
 
 #include <fmt/format.h>
@@ -133,6 +135,13 @@ ReduceOp reduce_op_of(const c10d::ReduceOp& op, at::ScalarType t, std::string_vi
                        "convert to a floating type",
                        collective, c10::toString(t));
       return ReduceOp::avg;
+    case c10d::ReduceOp::PREMUL_SUM:
+      TANDEM_CHECK_ARG(!integral,
+                       "{}: ReduceOp.PREMUL_SUM of {} tensors is not supported by backend "
+                       "'tandem' (a scaled integer is not an integer); multiply, then reduce "
+                       "with SUM",
+                       collective, c10::toString(t));
+      return ReduceOp::sum;
     case c10d::ReduceOp::PRODUCT:
     case c10d::ReduceOp::MIN:
     case c10d::ReduceOp::MAX:
@@ -150,6 +159,30 @@ ReduceOp reduce_op_of(const c10d::ReduceOp& op, at::ScalarType t, std::string_vi
                "{}: ReduceOp.{} is not supported by backend 'tandem' for {} tensors; it has SUM, "
                "AVG, PRODUCT, MIN and MAX (and BAND/BOR for bool tensors)",
                collective, op_name(kind), c10::toString(t));
+}
+
+bool is_premul(const c10d::ReduceOp& op) {
+  return op.op_ == c10d::ReduceOp::PREMUL_SUM;
+}
+
+void premultiply_(const at::Tensor& t, const c10d::ReduceOp& op) {
+  if (!is_premul(op)) return;
+  const auto* factor = dynamic_cast<const PreMulSupplement*>(op.supplement_.get());
+  TANDEM_CHECK_ARG(factor != nullptr,
+                   "ReduceOp.PREMUL_SUM carries no factor; make it with "
+                   "torch.distributed._make_nccl_premul_sum(factor)");
+  if (factor->tensor_factor.defined()) {
+    t.mul_(factor->tensor_factor.to(t.device()));
+  } else {
+    t.mul_(factor->double_factor);
+  }
+}
+
+at::Tensor premultiplied(const at::Tensor& t, const c10d::ReduceOp& op) {
+  if (!is_premul(op)) return t;
+  auto copy = t.clone(at::MemoryFormat::Contiguous);
+  premultiply_(copy, op);
+  return copy;
 }
 
 void check_same_layout(const std::vector<at::Tensor>& list, const at::Tensor& like,

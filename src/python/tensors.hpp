@@ -26,9 +26,19 @@ void check_tensor(const at::Tensor& t, std::string_view collective);
 BufferView view_of(const at::Tensor& t, bool reducing, std::string_view collective);
 
 /// tandem's operation for c10d's `op` on elements of type `t`; throws Error(InvalidArgument)
-/// naming what is supported when tandem has no such reduction (bitwise ops on numbers,
-/// PREMUL_SUM, AVG of integers, anything but SUM/AVG on complex numbers).
+/// naming what is supported when tandem has no such reduction (bitwise ops on numbers, AVG
+/// and PREMUL_SUM of integers, anything but SUM/AVG/PREMUL_SUM on complex numbers).
+/// PREMUL_SUM is SUM: the caller multiplies each rank's contribution by its factor first
+/// (premultiply_ or premultiplied).
 ReduceOp reduce_op_of(const c10d::ReduceOp& op, at::ScalarType t, std::string_view collective);
+
+/// True when `op` is PREMUL_SUM (torch's _make_nccl_premul_sum; FSDP's divide factors).
+bool is_premul(const c10d::ReduceOp& op);
+/// Multiplies `t` in place by PREMUL_SUM's factor (a number, or a one-element tensor); does
+/// nothing for any other op.
+void premultiply_(const at::Tensor& t, const c10d::ReduceOp& op);
+/// `t` multiplied by PREMUL_SUM's factor, as a new tensor; `t` itself for any other op.
+at::Tensor premultiplied(const at::Tensor& t, const c10d::ReduceOp& op);
 
 /// A tensor as tandem writes or reads it: the user's tensor itself when it is contiguous,
 /// else a contiguous copy whose result is copied back on success.

@@ -8,7 +8,10 @@
 //                                  shutdown() (torch 2.7); empty before, where they are
 //                                  methods of backend "tandem" alone, called from Python
 //   TANDEM_HAVE_FUTURE_RESULT      1 where c10d::Work declares getFutureResult() (torch 2.6)
+//   tandem::python::PreMulSupplement  PREMUL_SUM's factor (NCCLPreMulSumSupplement, the
+//                                  name every release has; later ones alias it)
 
+#include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/version.h>
 
 #define TANDEM_TORCH_VERSION (TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR)
@@ -29,3 +32,7 @@
 #else
 #define TANDEM_HAVE_FUTURE_RESULT 0
 #endif
+
+namespace tandem::python {
+using PreMulSupplement = c10d::NCCLPreMulSumSupplement;
+}  // namespace tandem::python

@@ -73,15 +73,42 @@ void TandemWork::track(std::vector<std::shared_ptr<tandem::Work>> parts,
 
 void TandemWork::complete_now() {
   remaining_.store(1, std::memory_order_release);
-  part_completed(nullptr);
+  one_completed(nullptr);
+}
+
+void TandemWork::track_works(const std::vector<c10::intrusive_ptr<TandemWork>>& works) {
+  if (works.empty()) {
+    complete_now();
+    return;
+  }
+  // wait() and isCompleted() drive the operations of every work of the block.
+  for (const auto& w : works) parts_.insert(parts_.end(), w->parts_.begin(), w->parts_.end());
+  remaining_.store(static_cast<int>(works.size()), std::memory_order_release);
+  for (const auto& w : works) {
+    auto self = c10::intrusive_ptr<TandemWork>::unsafe_reclaim_from_nonowning(this);
+    w->when_done([self, w] { self->one_completed(w->exception()); });
+  }
+}
+
+void TandemWork::when_done(std::function<void()> fn) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!completed_) {
+      listeners_.push_back(std::move(fn));
+      return;
+    }
+  }
+  fn();
 }
 
 void TandemWork::part_completed(const std::shared_ptr<tandem::Work>& part) {
-  if (part) {
-    if (auto e = part->error()) {
-      std::lock_guard lock(mutex_);
-      if (!first_error_) first_error_ = e;
-    }
+  one_completed(part ? part->error() : nullptr);
+}
+
+void TandemWork::one_completed(std::exception_ptr e) {
+  if (e) {
+    std::lock_guard lock(mutex_);
+    if (!first_error_) first_error_ = e;
   }
   if (remaining_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   std::exception_ptr error;
@@ -100,10 +127,13 @@ void TandemWork::part_completed(const std::shared_ptr<tandem::Work>& part) {
   keep_.clear();
   finish(error);
   bool requested;
+  std::vector<std::function<void()>> listeners;
   {
     std::lock_guard lock(mutex_);
     requested = future_requested_;
+    listeners.swap(listeners_);
   }
+  for (auto& fn : listeners) fn();
   if (requested) {
     auto self = c10::intrusive_ptr<TandemWork>::unsafe_reclaim_from_nonowning(this);
     Completer::get().post([self] { self->complete_future(); });

@@ -34,6 +34,10 @@ class TandemWork final : public c10d::Work {
              std::vector<at::Tensor> keep = {});
   /// A work that completed already (nothing to communicate).
   void complete_now();
+  /// Starts tracking other works instead of operations (a coalescing block): this one
+  /// completes, with the first error among them, once each of `works` completed (its
+  /// copy-back included). Call once.
+  void track_works(const std::vector<c10::intrusive_ptr<TandemWork>>& works);
 
   bool isCompleted() override;
   bool isSuccess() const override;
@@ -50,6 +54,11 @@ class TandemWork final : public c10d::Work {
 
  private:
   void part_completed(const std::shared_ptr<tandem::Work>& part);
+  /// Counts one tracked part or work as done, with its error if it failed; the last one
+  /// completes this work.
+  void one_completed(std::exception_ptr error);
+  /// Runs `fn` once this work completed: now if it has, else when it does.
+  void when_done(std::function<void()> fn);
   void complete_future();
 
   std::vector<at::Tensor> outputs_;
@@ -62,6 +71,7 @@ class TandemWork final : public c10d::Work {
   bool future_requested_ = false;   // guarded by mutex_
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::atomic<bool> future_completed_{false};
+  std::vector<std::function<void()>> listeners_;  // guarded by mutex_
 };
 
 }  // namespace tandem::python

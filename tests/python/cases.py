@@ -329,6 +329,134 @@ def _subgroup():
     return run
 
 
+def _all_gather_coalesced():
+    def run(rank, world):
+        # outputs[r][i] is rank r's input i, any shapes, one exchange.
+        ins = [values(rank, 5, torch.float32), values(rank, 6, torch.float32).view(3, 2),
+               values(rank, 0, torch.float32), values(rank, 1031, torch.float32)]
+        outs = [[torch.empty_like(t) for t in ins] for _ in range(world)]
+        dist.all_gather_coalesced(outs, ins)
+        for r in range(world):
+            for i, t in enumerate(ins):
+                check(outs[r][i], values(r, t.numel(), t.dtype).view(t.shape),
+                      f"all_gather_coalesced rank {r} input {i}")
+        # torch.distributed's function takes one dtype; the backend takes any mix.
+        ins = [values(rank, 5, torch.float32), values(rank, 3, torch.int64).view(3, 1),
+               values(rank, 7, torch.bfloat16), values(rank, 2, torch.complex64),
+               values(rank, 3, torch.bool)]
+        outs = [[torch.empty_like(t) for t in ins] for _ in range(world)]
+        dist.distributed_c10d._get_default_group().allgather_coalesced(outs, ins).wait()
+        for r in range(world):
+            for i, t in enumerate(ins):
+                check(outs[r][i], values(r, t.numel(), t.dtype).view(t.shape),
+                      f"allgather_coalesced of mixed dtypes, rank {r} input {i}")
+    return run
+
+
+def _coalesced_tensor_pairs(world_op):
+    def run(rank, world):
+        pg = dist.distributed_c10d._get_default_group()
+        # all_gather_into_tensor and reduce_scatter_tensor inside _coalescing_manager: torch
+        # hands the whole block to allgather_into_tensor_coalesced / reduce_scatter_tensor_
+        # coalesced at its end.
+        dtypes = (torch.float32, torch.bfloat16, torch.int32)
+        ins = [values(rank, 6, dt) for dt in dtypes]
+        outs = [torch.empty(world * 6, dtype=dt) for dt in dtypes]
+        with dist.distributed_c10d._coalescing_manager(async_ops=True) as cm:
+            for o, i in zip(outs, ins):
+                dist.all_gather_into_tensor(o, i)
+        cm.wait()
+        for o, dt in zip(outs, dtypes):
+            want = torch.cat([values(r, 6, dt) for r in range(world)])
+            check(o, want, f"all_gather_into_tensor coalesced {dt}")
+        dtypes = (torch.float32, torch.bfloat16) + (
+            (torch.int32,) if world_op == "SUM" else (torch.float64,))
+        big = [torch.cat([values(rank + k, 4, dt) for k in range(world)]) for dt in dtypes]
+        small = [torch.empty(4, dtype=dt) for dt in dtypes]
+        with dist.distributed_c10d._coalescing_manager():
+            for o, i in zip(small, big):
+                dist.reduce_scatter_tensor(o, i, op=OPS[world_op])
+        for o, dt in zip(small, dtypes):
+            want = torch.stack([values(r + rank, 4, dt).to(torch.float64)
+                                for r in range(world)]).sum(0)
+            if world_op == "AVG":
+                want = want / world
+            check(o, want.to(dt), f"reduce_scatter_tensor coalesced {world_op} {dt}")
+        # The backend's entry points themselves (what functional collectives call).
+        outs2 = [torch.empty(world * 3), torch.empty(world * 2, dtype=torch.float64)]
+        ins2 = [values(rank, 3, torch.float32), values(rank, 2, torch.float64)]
+        pg.allgather_into_tensor_coalesced(outs2, ins2).wait()
+        check(outs2[1], torch.cat([values(r, 2, torch.float64) for r in range(world)]),
+              "allgather_into_tensor_coalesced")
+    return run
+
+
+def _premul_sum():
+    def run(rank, world):
+        # PREMUL_SUM: each contribution multiplied by the factor, then summed (FSDP's divide
+        # factors); a number or a one-element tensor.
+        for factor in (0.25, torch.tensor([0.5], dtype=torch.float64)):
+            op = dist._make_nccl_premul_sum(factor)
+            f = float(factor) if isinstance(factor, float) else float(factor.item())
+            for dt in (torch.float32, torch.float64, torch.bfloat16):
+                sum_ = reference(world, 9, dt, "SUM").to(torch.float64)
+                t = values(rank, 9, dt)
+                dist.all_reduce(t, op=op)
+                check(t, (sum_ * f).to(dt), f"all_reduce PREMUL_SUM({f}) {dt}")
+                t = values(rank, 9, dt)
+                dist.reduce(t, dst=world - 1, op=op)
+                if rank == world - 1:
+                    check(t, (sum_ * f).to(dt), f"reduce PREMUL_SUM({f}) {dt}")
+                else:  # a copy was scaled, not the caller's tensor
+                    check(t, values(rank, 9, dt), f"reduce PREMUL_SUM leaves rank {rank}'s input")
+                src = torch.cat([values(rank + k, 3, dt) for k in range(world)])
+                before = src.clone()
+                out = torch.empty(3, dtype=dt)
+                dist.reduce_scatter_tensor(out, src, op=op)
+                want = torch.stack([values(r + rank, 3, dt).to(torch.float64)
+                                    for r in range(world)]).sum(0) * f
+                check(out, want.to(dt), f"reduce_scatter_tensor PREMUL_SUM({f}) {dt}")
+                check(src, before, "reduce_scatter_tensor PREMUL_SUM leaves the input")
+        try:
+            dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist._make_nccl_premul_sum(2.0))
+        except RuntimeError as e:
+            assert "PREMUL_SUM of Int tensors is not supported" in str(e), str(e)
+        else:
+            raise AssertionError("PREMUL_SUM of int32 was expected to be refused")
+    return run
+
+
+def _batch_isend_irecv():
+    def run(rank, world):
+        # A ring both ways in one batch: torch brackets it with startCoalescing/endCoalescing
+        # (supports_coalescing) and returns one Work for the whole block.
+        nxt, prv = (rank + 1) % world, (rank - 1) % world
+        assert dist.distributed_c10d._get_default_group()._get_backend(
+            torch.device("cpu")).supports_coalescing
+        for n in (1, 1031, 70000):
+            to_next, to_prev = values(rank, n, torch.float32), values(rank + 100, n, torch.float32)
+            from_prev, from_next = torch.empty(n), torch.empty(n)
+            ops = [dist.P2POp(dist.isend, to_next, nxt), dist.P2POp(dist.irecv, from_prev, prv),
+                   dist.P2POp(dist.isend, to_prev, prv), dist.P2POp(dist.irecv, from_next, nxt)]
+            works = dist.batch_isend_irecv(ops)
+            assert len(works) == 1, f"{len(works)} works for one coalesced block"
+            works[0].wait()
+            check(from_prev, values(prv, n, torch.float32), f"batch_isend_irecv from prev {n}")
+            check(from_next, values(nxt + 100, n, torch.float32), f"batch_isend_irecv from next {n}")
+    return run
+
+
+def _recv_any_source_refused():
+    def run(rank, world):
+        try:
+            dist.recv(torch.empty(1))
+        except RuntimeError as e:
+            assert "pass src=" in str(e), str(e)
+        else:
+            raise AssertionError("recv without src was expected to be refused")
+    return run
+
+
 def all_cases():
     cases = {}
     for dt in DTYPES:
@@ -355,4 +483,10 @@ def all_cases():
     cases["async_work"] = _async_work()
     cases["bitwise_refused"] = _bitwise_refused()
     cases["subgroup"] = _subgroup()
+    cases["all_gather_coalesced"] = _all_gather_coalesced()
+    for op in ("SUM", "AVG"):
+        cases[f"coalesced_tensor_pairs-{op}"] = _coalesced_tensor_pairs(op)
+    cases["premul_sum"] = _premul_sum()
+    cases["batch_isend_irecv"] = _batch_isend_irecv()
+    cases["recv_any_source_refused"] = _recv_any_source_refused()
     return cases
