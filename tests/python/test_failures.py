@@ -9,6 +9,8 @@ import subprocess
 import sys
 import tempfile
 
+import pytest
+
 from conftest import worker, worker_env
 
 
@@ -87,3 +89,53 @@ def test_exit_with_collectives_in_flight_is_clean():
     for r, p in enumerate(procs):
         assert p.returncode == 0, (r, p.returncode)
         assert reports[r]["message"] == "exited with collectives in flight"
+
+
+def run_stack(mode, nproc, env=None):
+    with tempfile.TemporaryDirectory() as d:
+        procs = []
+        for r in range(nproc):
+            e = worker_env({"RANK": str(r), "WORLD_SIZE": str(nproc),
+                            "INIT": "file://" + os.path.join(d, "store"), "REPORT_DIR": d,
+                            **(env or {})})
+            procs.append(subprocess.Popen([sys.executable, worker("stack_faults.py"), mode],
+                                          env=e, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True))
+        outs = []
+        try:
+            outs = [p.communicate(timeout=120) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        reports = {}
+        for r in range(nproc):
+            path = os.path.join(d, f"rank{r}.json")
+            assert os.path.exists(path), \
+                f"rank {r} wrote no report; its stderr ends:\n{outs[r][1][-3000:] if outs else ''}"
+            with open(path) as f:
+                reports[r] = json.load(f)
+        return reports
+
+
+@pytest.mark.parametrize("mode", ["fsdp2_kill", "tp_kill"])
+def test_rank_killed_under_the_stack_is_named(mode):
+    # The group's timeout is 60 s: an error before it is the failure detector, not a deadline.
+    reports = run_stack(mode, 3)
+    dead = reports[1]["pid"]
+    for r in (0, 2):
+        rep = reports[r]
+        assert rep["error"] == "PeerLostError", rep
+        assert rep["dist_backend_error"], rep
+        assert "rank 1" in rep["message"] and str(dead) in rep["message"], rep
+        print(f"{mode}: rank {r} raised {rep['elapsed']:.2f} s after rank 1 was killed")
+
+
+def test_rank_skipping_an_fsdp2_layer_is_named():
+    reports = run_stack("fsdp2_skip", 2)
+    for r in (0, 1):
+        rep = reports[r]
+        assert rep["error"] in ("MismatchError", "AbortedError"), rep
+        assert "mismatch" in rep["message"].lower(), rep
+        print(f"rank {r}: {rep['message'][:300]}")

@@ -2,16 +2,15 @@
 {"error": type name, "message": str, "elapsed": seconds from the misbehaviour to the error}."""
 
 import datetime
-import json
 import os
 import signal
 import socket
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 
+import misbehaviour
 import tandem.torch
 
 mode = sys.argv[1]
@@ -19,23 +18,10 @@ rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 timeout = datetime.timedelta(seconds=float(os.environ.get("PG_TIMEOUT", "60")))
 init = os.environ["INIT"]
 dist.init_process_group("tandem", init_method=init, rank=rank, world_size=world, timeout=timeout)
-report_dir = os.environ["REPORT_DIR"]
 
 
 def report(**kv):
-    kv["pid"] = os.getpid()
-    with open(os.path.join(report_dir, f"rank{rank}.json"), "w") as f:
-        json.dump(kv, f)
-
-
-def mark():
-    with open(os.path.join(report_dir, "misbehaved_at"), "w") as f:
-        f.write(repr(time.time()))
-
-
-def misbehaved_at():
-    with open(os.path.join(report_dir, "misbehaved_at")) as f:
-        return float(f.read())
+    misbehaviour.report(rank, **kv)
 
 
 t = torch.ones(1 << 16)
@@ -52,20 +38,20 @@ misbehaving = rank == 1
 try:
     if mode == "kill" and misbehaving:
         report(error=None, message="killed itself")
-        mark()
+        misbehaviour.mark()
         os.kill(os.getpid(), signal.SIGKILL)
     if mode == "stop" and misbehaving:
         report(error=None, message="stopped itself")
-        mark()
+        misbehaviour.mark()
         os.kill(os.getpid(), signal.SIGSTOP)
         sys.exit(0)
     if mode == "abort" and misbehaving:
         report(error=None, message="aborted its group")
-        mark()
+        misbehaviour.mark()
         dist.group.WORLD.abort()
         sys.exit(0)
     if mode == "mismatch":
-        mark()
+        misbehaviour.mark()
         dist.all_reduce(torch.ones(4 + rank))
     else:
         for _ in range(100000):
@@ -74,4 +60,4 @@ try:
 except Exception as e:  # noqa: BLE001 - the point of the test
     report(error=type(e).__name__, message=str(e), runtime_error=isinstance(e, RuntimeError),
            dist_backend_error=isinstance(e, dist.DistBackendError), host=socket.gethostname(),
-           elapsed=time.time() - misbehaved_at())
+           elapsed=misbehaviour.since_misbehaviour())
