@@ -3,7 +3,8 @@
 beside tandem-perf's own figure, from the logs run.sh writes.
 
 Usage: compare.py DIR   (DIR holds {gloo,tandem}-collectives.r<k>.log, perf-<collective>.r<k>.log,
-one per round k, and optionally {gloo,tandem}-ddp.r<k>.log or {gloo,tandem}-ddp.log). Each cell is the median over the
+one per round k, and optionally {gloo,tandem}-ddp.r<k>.log or {gloo,tandem}-ddp.log, and
+{gloo,tandem}-fsdp2.r<k>.log). Each cell is the median over the
 rounds (time and busbw separately). Prints per collective: size, mean time per call (us) and
 busbw (GB/s) for each; tandem/gloo busbw; tandem through torch / tandem-perf. Writes
 DIR/busbw-<collective>.dat for bench/plot.gp (columns: bytes, tandem, gloo, tandem-perf).
@@ -128,6 +129,23 @@ def main():
             each = ", ".join(f"{float(r['ms_per_step']):.1f}" for r in rs)
             print(f"| {b} | {rs[0]['steps']} | {ms:.2f} | {ips:.0f} "
                   f"| {float(rs[0]['test_accuracy']):.2f} | {each} |")
+    # FSDP2: the same, from {gloo,tandem}-fsdp2.r<k>.log.
+    runs = {b: [r for r in (result(path) for path in
+                            sorted(glob.glob(os.path.join(d, f"{b}-fsdp2.r*.log")))) if r]
+            for b in ("gloo", "tandem")}
+    if any(runs.values()):
+        print("\n#### FSDP2 (fully_shard), small transformer LM, 2 ranks\n")
+        print("| backend | parameters | steps timed | ms/step (median) | final loss "
+              "| ms/step per round |")
+        print("|---|---:|---:|---:|---:|---|")
+        for b, rs in runs.items():
+            if not rs:
+                print(f"| {b} | - | - | failed: see {b}-fsdp2.r1.log | - | - |")
+                continue
+            ms = statistics.median(float(r["ms_per_step"]) for r in rs)
+            each = ", ".join(f"{float(r['ms_per_step']):.1f}" for r in rs)
+            print(f"| {b} | {rs[0]['params']} | {rs[0]['steps']} | {ms:.2f} "
+                  f"| {float(rs[0]['final_loss']):.4f} | {each} |")
     return 0
 
 

@@ -3,15 +3,17 @@
 # Python program (collectives.py) sweeps all_reduce, broadcast and all_gather from MIN to MAX
 # bytes on NP ranks under tandemrun with each backend, tandem-perf measures the same sizes, and
 # the Fashion-MNIST CNN trains with Python DDP (bench/pytorch_ddp/train.py --backend) with
-# each, DDP_ROUNDS times interleaved. The sweeps run ROUNDS times, interleaved (gloo, tandem, tandem-perf in each round), and
-# each cell is the median of the rounds: one machine's noise shows in one round, not in the
-# table. Prints the tables (compare.py) and draws DIR/busbw.png (bench/plot.gp).
+# each, DDP_ROUNDS times interleaved, and so does FSDP2 on a small transformer LM (fsdp2.py,
+# FSDP_ROUNDS times). The sweeps run ROUNDS times, interleaved (gloo, tandem, tandem-perf in
+# each round), and each cell is the median of the rounds: one machine's noise shows in one
+# round, not in the table. Prints the tables (compare.py) and draws DIR/busbw.png (bench/plot.gp).
 #
 #   bench/torch_backend/run.sh                     # sweep 8 B .. 128 MiB, DDP 1 epoch
 #   EPOCHS=0 MAX_STEPS=220 bench/torch_backend/run.sh   # DDP timing only
 #
 # Knobs: MIN, MAX, FACTOR (bench/lib.sh), NP (2), ROUNDS (3), BUDGET (timed seconds per size, 0.5),
 # EPOCHS (1), MAX_STEPS (0: whole epochs), DDP_ROUNDS (3: interleaved DDP runs, medians),
+# FSDP_ROUNDS (3: interleaved FSDP2 runs of fsdp2.py, medians; 0 skips them),
 # OUT (default: a fresh temporary directory).
 # Needs make build (which makes .venv with torch 2.13.0); installs dataset-fashion-mnist and
 # gnuplot when missing.
@@ -25,6 +27,7 @@ ROUNDS=${ROUNDS:-3}
 EPOCHS=${EPOCHS:-1}
 MAX_STEPS=${MAX_STEPS:-0}
 DDP_ROUNDS=${DDP_ROUNDS:-3}
+FSDP_ROUNDS=${FSDP_ROUNDS:-3}
 PYTHON=${PYTHON:-$repo/.venv/bin/python}
 export TANDEM_PYTHON=$PYTHON OMP_NUM_THREADS=1
 
@@ -63,6 +66,14 @@ if [ "$EPOCHS" != 0 ] || [ "$MAX_STEPS" != 0 ]; then
     done
   done
 fi
+# FSDP2 on a small transformer LM (bench/torch_backend/fsdp2.py), interleaved rounds too.
+for round in $(seq 1 "$FSDP_ROUNDS"); do
+  for backend in gloo tandem; do
+    echo "run.sh: round $round: FSDP2 with backend $backend"
+    timeout -k 10 "$RUN_TIMEOUT" "${run[@]}" "$here/fsdp2.py" --backend "$backend" \
+      >"$OUT/$backend-fsdp2.r$round.log" 2>&1 || true
+  done
+done
 "$PYTHON" "$here/compare.py" "$OUT" | tee "$OUT/tables.md"
 gnuplot -e "dir='$OUT'; out='$OUT/busbw.png'; colls='all_reduce broadcast all_gather'; last=4; \
 title='torch.distributed busbw: backend tandem vs gloo, $NP ranks, float32'" "$repo/bench/plot.gp"
