@@ -32,6 +32,9 @@
 
 namespace tandem {
 
+/// recv()'s `peer` for a message from any rank (MPI_ANY_SOURCE).
+inline constexpr int kAnySource = -1;
+
 /// Options fixed when a communicator is created. Defaults come from TANDEM_* settings.
 struct CommOptions {
   /// Deadline of every operation (TANDEM_TIMEOUT).
@@ -73,6 +76,11 @@ struct CallOptions {
   /// Algorithm for this call (overrides TANDEM_ALGO); the call fails with InvalidArgument
   /// if that algorithm does not support it.
   std::string_view algorithm;
+  /// Buffers on a CUDA device: the stream (a cudaStream_t) the caller's kernels that write
+  /// and read them run on. The collective starts after the work enqueued on it so far, and
+  /// the work enqueued on it afterwards starts after the collective. nullptr: the legacy
+  /// default stream. Host buffers ignore it.
+  void* stream = nullptr;
 };
 
 /// A group of `size()` processes that communicate. Create it with create() or from_env().
@@ -156,8 +164,17 @@ class Communicator {
   /// send() may wait until the peer receives (large messages). Asynchronous sends and receives
   /// are posted in call order and progress together: a rank may post a recv_async and then a
   /// send_async (a ring exchange) before waiting for either.
+  ///
+  /// recv() and recv_async() take `peer` = kAnySource to receive from whichever rank's
+  /// message (with this tag, count and dtype) arrives first; Work::source() then names it.
+  /// Until it has matched a message, the receives and collectives called after it on this
+  /// communicator wait (sends do not): the first message of each peer is its to take. A
+  /// collective that a matching sender calls first therefore waits for that send; if the
+  /// sender only sends after the collective, the collective fails at its deadline. Host
+  /// buffers only; any peer dying fails it with PeerLost.
   void send(BufferView buf, int peer, std::uint32_t tag = 0, const CallOptions& o = {});
-  void recv(BufferView buf, int peer, std::uint32_t tag = 0, const CallOptions& o = {});
+  /// Returns the sender: `peer`, or for kAnySource the rank whose message it took.
+  int recv(BufferView buf, int peer, std::uint32_t tag = 0, const CallOptions& o = {});
   std::shared_ptr<Work> send_async(BufferView buf, int peer, std::uint32_t tag = 0,
                                    const CallOptions& o = {});
   std::shared_ptr<Work> recv_async(BufferView buf, int peer, std::uint32_t tag = 0,
@@ -205,6 +222,10 @@ class Communicator {
   std::string_view last_algorithm() const noexcept;
   /// The communicator's default timeout.
   std::chrono::milliseconds timeout() const noexcept;
+  /// Sets the timeout of the calls made from now on (the deadline of each call counts from
+  /// when it is made; calls already made keep theirs). Throws Error(InvalidArgument) for a
+  /// timeout that is not positive. The device backend, once made, keeps the timeout it had.
+  void set_timeout(std::chrono::milliseconds timeout);
   /// The store this communicator rendezvoused through.
   const std::shared_ptr<store::Store>& store() const noexcept;
 

@@ -60,6 +60,10 @@ class Work {
   /// ("allreduce #12"); -1 for sends, receives and operations not run by a communicator.
   std::int64_t sequence() const noexcept { return sequence_; }
 
+  /// A receive's sender, once it completed: the rank it named, or for a receive from
+  /// kAnySource the rank whose message it took. -1 for other operations and while pending.
+  int source() const noexcept { return test() ? source_ : -1; }
+
   /// Called by the runtime exactly once.
   void mark_done();
   void mark_failed(std::exception_ptr error);
@@ -80,6 +84,7 @@ class Work {
   std::exception_ptr error_;
   Clock::time_point completed_at_{};  ///< set before mark_done()/mark_failed(), if at all
   std::int64_t sequence_ = -1;
+  int source_ = -1;  ///< set before mark_done(), for receives
   std::vector<std::function<void()>> callbacks_;
   Clock::duration default_timeout_ = std::chrono::minutes(10);
   friend class Communicator;

@@ -44,6 +44,9 @@ struct Call {
   Deadline deadline = Deadline::max();
   /// The communicator's host layout (null: unknown, treated as one host).
   const HostLayout* hosts = nullptr;
+  /// A device call: the caller's stream (CallOptions::stream; null: the legacy default
+  /// stream). Host algorithms ignore it.
+  void* stream = nullptr;
 
   bool in_place() const noexcept { return in.data == out.data; }
 };

@@ -51,7 +51,7 @@ SharedBuffer Communicator::allocate(std::size_t bytes) {
     return SharedBuffer(data, bytes, false, std::move(owner));
   }
   try {
-    return pool->allocate(bytes, *impl.rendezvous.store, deadline_in(impl.config.timeout),
+    return pool->allocate(bytes, *impl.rendezvous.store, deadline_in(impl.config.timeout()),
                           impl.rendezvous.check_peers);
   } catch (const Error& e) {
     throw Error(e.code(),

@@ -37,7 +37,7 @@ bool same_view(const BufferView& a, const BufferView& b) noexcept {
 // away. A timeline needs the precise time: it shows when the call was issued.
 void set_deadline(const Impl& impl, comm::Op& x, const CallOptions& o) noexcept {
   x.issued = impl.diag.trace ? Clock::now() : core::coarse_now();
-  const auto timeout = std::chrono::duration_cast<Clock::duration>(impl.config.timeout);
+  const auto timeout = std::chrono::duration_cast<Clock::duration>(impl.config.timeout());
   auto& c = x.call;
   c.deadline = timeout >= Deadline::max() - x.issued ? Deadline::max() : x.issued + timeout;
   if (o.deadline && *o.deadline < c.deadline) c.deadline = *o.deadline;
@@ -60,6 +60,7 @@ comm::Op* repeated(const Impl& impl, CollectiveKind kind, const BufferView& in,
       !same_view(m.in, in) || !same_view(m.out, out))
     return nullptr;
   set_deadline(impl, m.made, o);
+  m.made.call.stream = o.stream;
   return &m.made;
 }
 
@@ -75,6 +76,7 @@ comm::Op make_op(const Impl& impl, CollectiveKind kind, const BufferView& in, co
   c.root = root;
   c.counts = counts;
   c.hosts = &impl.config.hosts;
+  c.stream = o.stream;
   set_deadline(impl, x, o);
   comm::validate(c, impl.id.rank, impl.id.size);
   // What a rank does not use is normalised, so algorithms see one shape: a broadcast's
@@ -243,8 +245,15 @@ std::shared_ptr<Work> Communicator::scatter_async(BufferView in, BufferView out,
 void Communicator::send(BufferView buf, int peer, std::uint32_t tag, const CallOptions& o) {
   run(*impl_, CollectiveKind::send, buf, buf, ReduceOp::sum, peer, {}, o, tag);
 }
-void Communicator::recv(BufferView buf, int peer, std::uint32_t tag, const CallOptions& o) {
+int Communicator::recv(BufferView buf, int peer, std::uint32_t tag, const CallOptions& o) {
+  if (peer == kAnySource) {
+    // Only the worker matches it to a sender (its receives wait in flight until one does).
+    const auto work = recv_async(buf, peer, tag, o);
+    work->wait(Deadline::max());  // the receive fails at its own deadline
+    return work->source();
+  }
   run(*impl_, CollectiveKind::recv, buf, buf, ReduceOp::sum, peer, {}, o, tag);
+  return peer;
 }
 std::shared_ptr<Work> Communicator::send_async(BufferView buf, int peer, std::uint32_t tag,
                                                const CallOptions& o) {
@@ -305,7 +314,13 @@ std::string_view Communicator::last_algorithm() const noexcept {
 }
 
 std::chrono::milliseconds Communicator::timeout() const noexcept {
-  return impl_->config.timeout;
+  return impl_->config.timeout();
+}
+
+void Communicator::set_timeout(std::chrono::milliseconds timeout) {
+  TANDEM_CHECK_ARG(timeout.count() > 0, "set_timeout: {} ms is not a timeout; give a positive one",
+                   timeout.count());
+  impl_->config.set_timeout(timeout);
 }
 
 const std::shared_ptr<store::Store>& Communicator::store() const noexcept {

@@ -102,6 +102,14 @@ class OpWork final : public Work {
   void set_completed_at(Clock::time_point t) noexcept { completed_at_ = t; }
   /// Work::sequence(), once the executor assigned op.call.seq.
   void set_sequence(std::int64_t seq) noexcept { sequence_ = seq; }
+  /// Work::source(), before the work completes.
+  void set_source(int rank) noexcept { source_ = rank; }
+  /// A receive from kAnySource that has not matched a message yet (its request is posted
+  /// to no peer).
+  bool unmatched() const noexcept {
+    return op.call.kind == CollectiveKind::recv && op.call.root == kAnySource &&
+           request.peer == kAnySource;
+  }
   std::shared_ptr<WaitHelper> helper;
 
  protected:
@@ -144,7 +152,14 @@ struct Rendezvous {
 /// What the settings and options chose (setup/), read by the executor.
 struct Config {
   CommOptions options;
-  std::chrono::milliseconds timeout{std::chrono::minutes(10)};
+  /// The deadline of the calls made from now on (Communicator::set_timeout() may change it
+  /// while calls run on other threads).
+  std::chrono::milliseconds timeout() const noexcept {
+    return timeout_.load(std::memory_order_relaxed);
+  }
+  void set_timeout(std::chrono::milliseconds t) noexcept {
+    timeout_.store(t, std::memory_order_relaxed);
+  }
   AlgoPolicy policy;
   /// Which host each rank runs on (one host when size == 1).
   algorithms::HostLayout hosts;
@@ -156,6 +171,9 @@ struct Config {
   /// CommOptions::lazy_start: submit() wakes the worker only while it sleeps without a
   /// timeout; otherwise it polls every lazy_start.
   std::chrono::microseconds lazy_start{0};
+
+ private:
+  std::atomic<std::chrono::milliseconds> timeout_{std::chrono::minutes(10)};
 };
 
 /// The executor's queue and worker (exec/): every operation runs in call order, one thread
@@ -206,8 +224,13 @@ struct Queue {
   std::atomic<bool> bias_busy{false};
   std::atomic<bool> bias_revoked{false};
   std::mutex bias_mutex;  ///< one revocation at a time
-  /// Point-to-point operations the worker posted that are not complete (worker only).
+  /// Point-to-point operations the worker posted that are not complete (worker only), in
+  /// call order; receives from kAnySource among them wait here, unposted, until a peer's
+  /// message matches them (OpWork::unmatched()).
   std::vector<std::shared_ptr<OpWork>> in_flight;
+  /// Where the next receive from kAnySource starts looking: after the rank the last one
+  /// matched, so that one busy sender cannot starve the others (worker only).
+  int any_source_from = 0;
 };
 
 /// The first failure, which poisons the communicator: every later operation gets it.
@@ -333,6 +356,12 @@ struct Communicator::Impl {
   /// Advances the posted point-to-point operations; completes those that finished or
   /// failed. True when any completed.
   bool progress_p2p();
+  /// Posts the receives from kAnySource that now match a peer's message, in call order
+  /// (worker only; throws as the mesh does).
+  void match_any_source();
+  /// A receive from kAnySource is unmatched: the next queued operation, unless a send,
+  /// must wait for it (worker only).
+  bool any_source_unmatched() const noexcept;
   /// Fails every posted point-to-point operation (the first with "<op> failed: <what>"
   /// unless the communicator is poisoned already, then each with the poison).
   void fail_in_flight(ErrorCode code, std::string_view what);

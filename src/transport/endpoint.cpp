@@ -37,6 +37,12 @@ void Mesh::transfer(std::span<Request* const> rs, Deadline deadline) {
   wait(rs, deadline);
 }
 
+int Mesh::probe(std::uint32_t /*tag*/, int /*from*/) {
+  TANDEM_THROW(ErrorCode::Internal,
+               "this mesh cannot look for a message from any peer (a receive from any rank runs "
+               "on the communicator's own mesh)");
+}
+
 std::string_view to_string(Link l) noexcept {
   switch (l) {
     case Link::self:

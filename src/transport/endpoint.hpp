@@ -119,6 +119,10 @@ class Endpoint {
     sends_.clear();
     recvs_.clear();
   }
+  /// Without blocking: when no receive is posted and the peer's next message has arrived (its
+  /// header at least), sets `tag` to that message's tag and returns true. The message stays
+  /// where it is, for the receive posted next. Throws as progress() does (a closed link).
+  virtual bool peek(std::uint32_t& /*tag*/) { return false; }
   /// The file descriptors to poll() while blocked, and for what (tcp, ucx). True: events are
   /// pending already, progress again instead of sleeping.
   virtual bool add_poll_fds(std::vector<pollfd>& /*out*/) const { return false; }

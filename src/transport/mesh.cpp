@@ -130,6 +130,22 @@ void MeshImpl::wait(std::span<Request* const> rs, Deadline deadline) {
   }
 }
 
+int MeshImpl::probe(std::uint32_t tag, int from) {
+  throw_if_poisoned();
+  const int n = size();
+  try {
+    for (int k = 0; k < n; ++k) {
+      const int p = ((from % n) + n + k) % n;
+      Endpoint* ep = endpoints_[static_cast<std::size_t>(p)].get();
+      std::uint32_t next = 0;
+      if (ep != nullptr && ep->recvs().empty() && ep->peek(next) && next == tag) return p;
+    }
+  } catch (...) {
+    fail_current();
+  }
+  return -1;
+}
+
 void MeshImpl::check_alive() {
   throw_if_poisoned();
   waiting_ = {};  // nothing is waited for here: a failed peer is raised below

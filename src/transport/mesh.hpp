@@ -142,6 +142,13 @@ class Mesh {
     transfer(std::span<Request* const>(&p, 1), deadline);
   }
 
+  /// Without blocking: a peer whose next message, not awaited by any posted receive, has
+  /// arrived with `tag`, looking from rank `from` on in rank order (wrapping), or -1 when none
+  /// has. The message is left in place: a receive posted to that peer next takes it. This is
+  /// how a receive from any peer picks its sender. Throws as test() does (a closed link);
+  /// a mesh that cannot look (an algorithm's view of a subset of ranks) throws Internal.
+  virtual int probe(std::uint32_t tag, int from);
+
   /// Without waiting: throws Error(PeerLost) naming a peer whose control connection says it
   /// died, Error(Aborted) for one that aborted, or the error that poisoned the mesh (which
   /// it then is). For work that runs outside the mesh (a device backend) while the peers'

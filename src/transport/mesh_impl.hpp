@@ -92,6 +92,7 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
   bool test(std::span<Request* const> rs) override;
   void wait(std::span<Request* const> rs, Deadline deadline) override;
   void transfer(std::span<Request* const> rs, Deadline deadline) override;
+  int probe(std::uint32_t tag, int from) override;
   void check_alive() override;
   void abort(const Error& error) noexcept override;
   std::exception_ptr error() const noexcept override;

@@ -14,8 +14,9 @@ namespace {
 // "#12 allreduce f32 x 1024 ring <when> ok" / "send peer 3 ... FAILED after 2.5 ms".
 std::string describe_entry(const FlightRecorder::Entry& e, std::string_view when) {
   const bool p2p = e.kind == CollectiveKind::send || e.kind == CollectiveKind::recv;
-  std::string s = p2p ? fmt::format("{} peer {}", to_string(e.kind), e.root)
-                      : fmt::format("#{} {}", e.seq, to_string(e.kind));
+  std::string s = !p2p         ? fmt::format("#{} {}", e.seq, to_string(e.kind))
+                  : e.root < 0 ? fmt::format("{} from any peer", to_string(e.kind))
+                               : fmt::format("{} peer {}", to_string(e.kind), e.root);
   s += fmt::format(" {} x {} {} {}", to_string(e.dtype), e.count, e.algorithm, when);
   switch (e.outcome) {
     case FlightRecorder::Outcome::running:

@@ -1,5 +1,6 @@
 #include "comm/diag/validate.hpp"
 
+#include <tandem/communicator.hpp>
 #include <tandem/error.hpp>
 
 #include <cstdint>
@@ -214,8 +215,18 @@ void validate(const Call& c, int rank, int size) {
                      "in-place means out.data == in.data + root * out.count elements");
       }
       return;
-    case CollectiveKind::send:
     case CollectiveKind::recv:
+      if (c.root == kAnySource) {
+        TANDEM_CHECK_ARG(size > 1, "{}: from any rank, in a group of one rank: there is no peer",
+                         coll);
+        check_view(coll, "buf", c.out);
+        TANDEM_CHECK_ARG(c.out.device.is_cpu(),
+                         "{}: from any rank takes a host buffer, not one on {}; name the peer",
+                         coll, c.out.device.str());
+        return;
+      }
+      [[fallthrough]];
+    case CollectiveKind::send:
       check_root(coll, "peer", c.root, size);
       TANDEM_CHECK_ARG(c.root != rank, "{}: peer {} is this rank; {} needs another rank", coll,
                        c.root, coll);

@@ -38,6 +38,8 @@ std::string describe(const Op& op) {
     case CollectiveKind::send:
       return fmt::format("send to rank {} ({} x {}, tag {})", c.root, dtype, count, op.user_tag);
     case CollectiveKind::recv:
+      if (c.root == kAnySource)
+        return fmt::format("recv from any rank ({} x {}, tag {})", dtype, count, op.user_tag);
       return fmt::format("recv from rank {} ({} x {}, tag {})", c.root, dtype, count, op.user_tag);
     case CollectiveKind::barrier:
       return fmt::format("barrier #{} ({})", c.seq, algo);
@@ -170,7 +172,7 @@ void Communicator::Impl::run_blocking(Op& op, std::span<const std::size_t> count
           fail(op, ErrorCode::Timeout,
                fmt::format("it could not start before its deadline because earlier operations "
                            "were still running (timeout {} ms)",
-                           config.timeout.count()),
+                           config.timeout().count()),
                false);
       TANDEM_THROW(ErrorCode::Timeout, "{}", message);
     }
@@ -205,7 +207,7 @@ std::shared_ptr<OpWork> Communicator::Impl::enqueue(const Op& op,
                                                     std::span<const std::size_t> counts) {
   TANDEM_CHECK(exec.biased_to.load(std::memory_order_relaxed) == nullptr,
                "an operation was queued while the mesh was biased to a thread");
-  auto work = std::make_shared<OpWork>(op, counts, config.timeout);
+  auto work = std::make_shared<OpWork>(op, counts, config.timeout());
   work->helper = wait_helper;
   start_worker();
   exec.queue.push_back(work);
@@ -266,7 +268,7 @@ void Communicator::Impl::execute(const Op& op, std::uint64_t seq, Clock::time_po
       TANDEM_THROW(ErrorCode::Timeout,
                    "its deadline passed before it could start (earlier operations took too long; "
                    "timeout {} ms)",
-                   config.timeout.count());
+                   config.timeout().count());
     }
     const algorithms::Algorithm* ran = nullptr;
     if (!op.device.is_cpu()) {
@@ -392,7 +394,7 @@ comm::DeviceBackend& Communicator::Impl::device_for(Device device) {
     setup.size = id.size;
     setup.device = device;
     setup.store = rendezvous.store;
-    setup.timeout = config.timeout;
+    setup.timeout = config.timeout();
     setup.label = fmt::format("communicator '{}'", rendezvous.prefix);
     // The mesh's control connections notice a death at once; the store's watch (a round
     // trip) is asked every kLivenessPoll.

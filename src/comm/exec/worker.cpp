@@ -45,6 +45,12 @@ void Communicator::Impl::worker_loop() {
   const auto give_up_mesh = [this] {
     exec.state.fetch_and(~comm::Queue::kOwned, std::memory_order_release);
   };
+  // The next queued operation waits for an unmatched receive from any rank (the caller
+  // holds exec.mutex).
+  const auto held_back = [this] {
+    return !exec.queue.empty() && exec.queue.front()->op.call.kind != CollectiveKind::send &&
+           any_source_unmatched();
+  };
   std::unique_lock lock(exec.mutex);
   std::chrono::microseconds pause = kMinPause;
   std::chrono::microseconds period = config.lazy_start;  // of the lazy-start polls
@@ -114,7 +120,7 @@ void Communicator::Impl::worker_loop() {
       lock.lock();
       give_up_mesh();
       return;
-    } else if (exec.queue.empty()) {
+    } else if (exec.queue.empty() || held_back()) {
       lock.unlock();
       bool completed = progress_p2p();
       // Spin a little first, as the transport does: a reply often is microseconds away.
@@ -132,7 +138,7 @@ void Communicator::Impl::worker_loop() {
         pause = kMinPause;
       } else if (completed) {
         pause = kMinPause;
-      } else if (exec.queue.empty() && !exec.stopping) {
+      } else if ((exec.queue.empty() || held_back()) && !exec.stopping) {
         exec.worker_cv.wait_for(lock, pause);
         pause = std::min(pause * 2, kMaxPause);
       }
@@ -163,6 +169,7 @@ void Communicator::Impl::worker_loop() {
 
 void Communicator::Impl::complete(const std::shared_ptr<OpWork>& work, std::exception_ptr thrown) {
   if (diag.trace) work->set_completed_at(Clock::now());
+  if (!thrown && work->op.call.kind == CollectiveKind::recv) work->set_source(work->request.peer);
   {
     std::lock_guard guard(exec.mutex);
     --exec.active;
@@ -205,13 +212,14 @@ void Communicator::Impl::start_p2p(const std::shared_ptr<OpWork>& work) {
   std::string what;
   if (now >= c.deadline) {
     what = fmt::format("its deadline passed before it could start (timeout {} ms)",
-                       config.timeout.count());
+                       config.timeout().count());
   } else {
     work->request = c.kind == CollectiveKind::send
                         ? transport::Request::make_send(c.root, c.tag, c.in.data, c.in.bytes())
                         : transport::Request::make_recv(c.root, c.tag, c.out.data, c.out.bytes());
     try {
-      mesh->post(work->request);
+      // A receive from any rank is posted once a peer's message matches it (progress_p2p).
+      if (c.root != kAnySource) mesh->post(work->request);
       exec.in_flight.push_back(work);
       return;
     } catch (const Error& e) {
@@ -234,10 +242,13 @@ bool Communicator::Impl::progress_p2p() {
     fail_in_flight(ErrorCode::Internal, {});
     return true;
   }
+  // Unmatched receives from any rank are waited for too (never complete, never posted): a
+  // peer that dies meanwhile fails them, as it fails every receive.
   std::vector<transport::Request*> requests;
   requests.reserve(exec.in_flight.size());
   for (const auto& w : exec.in_flight) requests.push_back(&w->request);
   try {
+    match_any_source();
     mesh->test(requests);
   } catch (const Error& e) {
     fail_in_flight(e.code(), e.message());
@@ -268,14 +279,34 @@ bool Communicator::Impl::progress_p2p() {
     // The expired one goes first: it carries the cause, the others the poison.
     std::rotate(exec.in_flight.begin(), expired, expired + 1);
     const auto& r = exec.in_flight.front()->request;
+    const std::string who =
+        exec.in_flight.front()->unmatched()
+            ? std::string("no rank sent a message it matches (same tag, count and dtype)")
+            : fmt::format("rank {} never posted the matching {}", r.peer,
+                          r.kind == transport::RequestKind::send ? "recv" : "send");
     fail_in_flight(ErrorCode::Timeout,
                    fmt::format("it did not complete before its deadline (timeout {} ms; {} of {} "
-                               "bytes moved): rank {} never posted the matching {}",
-                               config.timeout.count(), r.done, r.bytes, r.peer,
-                               r.kind == transport::RequestKind::send ? "recv" : "send"));
+                               "bytes moved): {}",
+                               config.timeout().count(), r.done, r.bytes, who));
     return true;
   }
   return completed;
+}
+
+void Communicator::Impl::match_any_source() {
+  for (const auto& w : exec.in_flight) {
+    if (!w->unmatched()) continue;
+    const int peer = mesh->probe(w->request.tag, exec.any_source_from);
+    if (peer < 0) return;  // the later ones wait for this one
+    w->request.peer = peer;
+    mesh->post(w->request);
+    exec.any_source_from = (peer + 1) % id.size;
+  }
+}
+
+bool Communicator::Impl::any_source_unmatched() const noexcept {
+  return std::any_of(exec.in_flight.begin(), exec.in_flight.end(),
+                     [](const auto& w) { return w->unmatched(); });
 }
 
 void Communicator::Impl::fail_in_flight(ErrorCode code, std::string_view what) {

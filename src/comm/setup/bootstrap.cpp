@@ -123,7 +123,7 @@ void log_summary(const Communicator::Impl& impl) {
               "s; chunk {}{}",
               impl.rendezvous.prefix, impl.id.rank, impl.id.size, impl.id.local_rank,
               impl.id.local_size, links, core::kernel_target(),
-              impl.config.timeout.count() / 1000.0, format_bytes(impl.config.chunk_bytes),
+              impl.config.timeout().count() / 1000.0, format_bytes(impl.config.chunk_bytes),
               impl.config.policy.spec().empty()
                   ? ""
                   : fmt::format("; forced algorithms '{}'", impl.config.policy.spec()));
@@ -182,7 +182,7 @@ void apply_tuning(Communicator::Impl& impl) {
     return;
   }
   const std::string applied = choose_tuning(impl);
-  const std::string first = impl.rendezvous.store->get(kKey, deadline_in(impl.config.timeout));
+  const std::string first = impl.rendezvous.store->get(kKey, deadline_in(impl.config.timeout()));
   if (first.starts_with(kFailed))
     TANDEM_THROW(ErrorCode::InvalidArgument,
                  "communicator '{}': rank 0 could not apply its tuning file ({}); every rank "
@@ -272,7 +272,7 @@ void warm_direct(Communicator::Impl& impl) {
   c.in = BufferView::of(std::span<float>(&in, 1));
   c.hosts = &impl.config.hosts;
   c.tag = kWarmTag;
-  c.deadline = deadline_in(impl.config.timeout);
+  c.deadline = deadline_in(impl.config.timeout());
   for (const auto kind : {CollectiveKind::allgather, CollectiveKind::broadcast}) {
     c.kind = kind;
     c.out =
@@ -322,7 +322,7 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
   impl->id.rank = rank;
   impl->id.size = size;
   impl->id.is_world = is_world;
-  impl->config.timeout = timeout_from(options);
+  impl->config.set_timeout(timeout_from(options));
   impl->config.chunk_bytes = chunk_bytes_from_settings();
   stream_threshold_from_settings();
   // The vector kernels' first call picks the instruction set (CPUID, which traps to the
@@ -343,7 +343,7 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
   } else {
     impl->config.policy = AlgoPolicy(settings::get_string("TANDEM_ALGO"), "TANDEM_ALGO", reg);
   }
-  auto mesh_opts = mesh_options(options, impl->config.timeout);
+  auto mesh_opts = mesh_options(options, impl->config.timeout());
   impl->config.spin_time = mesh_opts.spin_time;
 
   std::string prefix = options.store_prefix;
@@ -359,7 +359,7 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
   impl->rendezvous.prefix = prefix;
   impl->rendezvous.base_store = store;
   impl->rendezvous.store = std::make_shared<store::PrefixStore>(prefix, store);
-  impl->rendezvous.store->set_timeout(impl->config.timeout);
+  impl->rendezvous.store->set_timeout(impl->config.timeout());
   impl->config.lazy_start = options.lazy_start;
   impl->config.options = std::move(options);
   if (is_world) log::set_rank(rank, size);
@@ -405,7 +405,7 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
     }
     impl->diag.monitor =
         Monitor::start(impl->rendezvous.store, rank, size, prefix,
-                       settings::get_seconds("TANDEM_STALL_WARN"), impl->config.timeout);
+                       settings::get_seconds("TANDEM_STALL_WARN"), impl->config.timeout());
     impl->diag.monitor->on_mismatch([self = impl.get()](const std::string& what) {
       self->poison(ErrorCode::Mismatch,
                    fmt::format("the ranks called different collectives (seen in their progress "

@@ -42,7 +42,7 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key) {
 
   CommOptions options = impl_->config.options;
   options.store_prefix = fmt::format("{}/split{}/c{}", impl_->rendezvous.prefix, n, color);
-  if (!options.timeout) options.timeout = impl_->config.timeout;
+  if (!options.timeout) options.timeout = impl_->config.timeout();
   TANDEM_DETAIL(init, "split #{} color {} key {}: rank {} of {} under '{}'", n, color, key,
                 new_rank, new_size, options.store_prefix);
   auto impl = comm::build(impl_->rendezvous.base_store, new_rank, new_size, std::move(options),

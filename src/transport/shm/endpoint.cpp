@@ -99,6 +99,14 @@ bool Endpoint::complete_now(Request& r) {
   return true;
 }
 
+bool Endpoint::peek(std::uint32_t& tag) {
+  if (!recvs_.empty()) return false;
+  const SlotHeader* s = in_.slot(recv_slot_);
+  if (s->seq.load(std::memory_order_acquire) != received_ + 1) return false;
+  tag = s->tag;
+  return true;
+}
+
 bool Endpoint::send_chunk(Request& r) {
   if (sent_ - consumed_seen_ >= out_.slot_count) {
     consumed_seen_ = out_.header->consumed.load(std::memory_order_acquire);

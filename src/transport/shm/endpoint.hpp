@@ -25,6 +25,7 @@ class Endpoint final : public transport::Endpoint {
   Link link() const noexcept override { return Link::shm; }
   bool progress() override;
   bool complete_now(Request& r) override;
+  bool peek(std::uint32_t& tag) override;
 
  private:
   bool progress_sends();

@@ -229,6 +229,19 @@ bool Endpoint::recv_on(Stream& s) {
   return moved;
 }
 
+bool Endpoint::peek(std::uint32_t& tag) {
+  Stream& s = streams_[0];
+  if (!recvs_.empty() || s.have_head) return false;
+  // A closed stream reads as nothing here: a peer that left owes no message, and one that
+  // died is named by the mesh from its control connection.
+  while (s.buf.size() < sizeof(FrameHeader))
+    if (s.buf.fill(s.fd.get()) <= 0) return false;
+  FrameHeader h;
+  std::memcpy(&h, s.buf.data(), sizeof h);
+  tag = h.tag;
+  return true;
+}
+
 void Endpoint::drop() noexcept {
   transport::Endpoint::drop();
   for (Stream& s : streams_) {

@@ -43,6 +43,9 @@ class Endpoint final : public transport::Endpoint {
   Link link() const noexcept override { return Link::tcp; }
   bool progress() override;
   void drop() noexcept override;
+  /// Reads stream 0 ahead (into its buffer) until the next frame header is there. A closed
+  /// stream is no message: the mesh names a dead peer from its control connection.
+  bool peek(std::uint32_t& tag) override;
   bool add_poll_fds(std::vector<pollfd>& out) const override;
 
  private:

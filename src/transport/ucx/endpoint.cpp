@@ -163,6 +163,18 @@ bool Endpoint::progress() {
   return sent_any || received_any;
 }
 
+bool Endpoint::peek(std::uint32_t& tag) {
+  if (!recvs_.empty()) return false;
+  for (int i = 0; i < kProgressCalls && ::ucp_worker_progress(context_->state().worker) != 0; ++i) {
+  }
+  ucp_tag_recv_info_t info{};
+  if (::ucp_tag_probe_nb(context_->state().worker, make_tag(peer_, 0), kRankMask, 0, &info) ==
+      nullptr)
+    return false;
+  tag = tandem_tag(info.sender_tag);
+  return true;
+}
+
 bool Endpoint::retire_sends() {
   bool moved = false;
   while (!send_ops_.empty() && send_ops_.front().done) {

@@ -34,6 +34,8 @@ class Endpoint final : public transport::Endpoint {
   Link link() const noexcept override { return Link::ucx; }
   bool progress() override;
   void drop() noexcept override;
+  /// Asks UCX for an unexpected message from this peer (ucp_tag_probe_nb, not removed).
+  bool peek(std::uint32_t& tag) override;
   bool add_poll_fds(std::vector<pollfd>& out) const override;
   void flush(Deadline deadline) noexcept override;
   /// "tcp/tdm0" (UCX's transports and devices to this peer).
