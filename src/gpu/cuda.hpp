@@ -25,6 +25,12 @@ std::string describe_device(int index);
 /// Makes `device` current on the calling thread; InvalidArgument when it does not exist.
 void use_device(Device device);
 
+/// The stream a device call's buffers are written and read on (Call::stream, else the
+/// legacy default stream).
+inline cudaStream_t caller_stream(void* stream) noexcept {
+  return stream != nullptr ? static_cast<cudaStream_t>(stream) : cudaStreamLegacy;
+}
+
 /// A non-blocking stream of the current device, destroyed with its owner.
 class Stream {
  public:

@@ -91,8 +91,9 @@ void Backend::run(const algorithms::Call& c) {
                  "{} was not run: this communicator's CUDA IPC group failed earlier", what);
   try {
     check_cuda(cudaSetDevice(setup_.device.index), "cudaSetDevice");
-    // What the caller's kernels on the legacy default stream wrote comes first.
-    check_cuda(cudaEventRecord(ready_->get(), cudaStreamLegacy), "cudaEventRecord");
+    // What the caller's kernels on its stream wrote comes first. The host waits for the
+    // last phase, so the caller's later work on that stream comes after.
+    check_cuda(cudaEventRecord(ready_->get(), caller_stream(c.stream)), "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(ctx_->stream(), ready_->get(), 0), "cudaStreamWaitEvent");
     if (mappable(c) && run_mapped(c, what)) return;  // its last phase drained the stream
     switch (c.kind) {

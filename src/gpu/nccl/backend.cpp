@@ -112,8 +112,10 @@ void NcclBackend::run(const algorithms::Call& call) {
                  what);
   try {
     check_cuda(cudaSetDevice(setup_.device.index), "cudaSetDevice");
-    // What the caller's kernels on the legacy default stream wrote comes first.
-    check_cuda(cudaEventRecord(ready_->get(), cudaStreamLegacy), "cudaEventRecord");
+    // What the caller's kernels on its stream wrote comes first; its later work comes after
+    // (the stream waits for the collective's end, as the host does below).
+    const cudaStream_t caller = caller_stream(call.stream);
+    check_cuda(cudaEventRecord(ready_->get(), caller), "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(stream_->get(), ready_->get(), 0), "cudaStreamWaitEvent");
     enqueue(call);
     settle(call.deadline, what);
@@ -122,6 +124,7 @@ void NcclBackend::run(const algorithms::Call& call) {
          (call.kind == CollectiveKind::reduce && setup_.rank == call.root)))
       divide_on_device(call.out.data, call.out.count, call.out.dtype, setup_.size, stream_->get());
     check_cuda(cudaEventRecord(done_->get(), stream_->get()), "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(caller, done_->get(), 0), "cudaStreamWaitEvent");
     wait_until(
         [&] {
           const cudaError_t e = cudaEventQuery(done_->get());
