@@ -1,6 +1,10 @@
 #include "python/backend.hpp"
 
+#include "python/store_adapter.hpp"
+
 #include <tandem/error.hpp>
+
+#include <algorithm>
 
 namespace tandem::python {
 
@@ -16,6 +20,9 @@ WorkPtr BackendTandem::allreduce(Tensors& t, const c10d::AllreduceOptions& o) {
 }
 WorkPtr BackendTandem::allreduce_coalesced(Tensors& t, const c10d::AllreduceCoalescedOptions& o) {
   return group_.allreduce_coalesced(t, o);
+}
+WorkPtr BackendTandem::allreduce_sparse(Tensors& t, const c10d::AllreduceOptions& o) {
+  return group_.allreduce_sparse(t, o);
 }
 WorkPtr BackendTandem::reduce(Tensors& t, const c10d::ReduceOptions& o) {
   return group_.reduce(t, o);
@@ -71,13 +78,22 @@ WorkPtr BackendTandem::send(Tensors& t, int dst, int tag) {
 WorkPtr BackendTandem::recv(Tensors& t, int src, int tag) {
   return group_.recv(t, src, tag);
 }
-WorkPtr BackendTandem::recvAnysource(Tensors&, int) {
-  TANDEM_THROW(ErrorCode::InvalidArgument,
-               "recv without a source rank is not supported by backend 'tandem' (its receives "
-               "are matched per peer, in order): pass src=");
+WorkPtr BackendTandem::recvAnysource(Tensors& t, int tag) {
+  return group_.recv(t, kAnySource, tag);
 }
 WorkPtr BackendTandem::barrier(const c10d::BarrierOptions& o) {
   return group_.barrier(o);
+}
+void BackendTandem::waitForPendingWorks() {
+  TANDEM_THROW(ErrorCode::InvalidArgument,
+               "backend 'tandem' does not keep its works for waitForPendingWorks (a "
+               "ProcessGroupNCCL method): wait() for each work, or call barrier(), which runs "
+               "after every call made before it");
+}
+void BackendTandem::enableCollectivesTiming() {
+  TANDEM_THROW(ErrorCode::InvalidArgument,
+               "backend 'tandem' times its calls with TANDEM_TRACE=<file> (a timeline of every "
+               "call, see docs/timeline.md), not with enableCollectivesTiming");
 }
 void BackendTandem::shutdown() {
   group_.shutdown();
@@ -88,5 +104,56 @@ void BackendTandem::abort() {
 void BackendTandem::monitoredBarrier(const c10d::BarrierOptions& o, bool) {
   group_.monitored_barrier(o);
 }
+
+#if TANDEM_HAVE_BACKEND_SPLIT
+c10::intrusive_ptr<c10d::Backend::Options> BackendTandem::getBackendOptions() {
+  // A copy: torch writes the child's name and timeout into what it gets here.
+  return c10::make_intrusive<Options>("tandem", group_.timeout());
+}
+
+c10::intrusive_ptr<c10d::Backend> BackendTandem::split(const c10::intrusive_ptr<c10d::Store>& store,
+                                                       const std::vector<int>& ranks,
+                                                       const c10::intrusive_ptr<Options>& opts) {
+  const auto me = std::find(ranks.begin(), ranks.end(), getRank());
+  if (me == ranks.end()) return nullptr;
+  for (const int r : ranks)
+    TANDEM_CHECK_ARG(r >= 0 && r < getSize(),
+                     "split_group: rank {} is not in this group of {} ranks (the ranks are the "
+                     "group's own, 0..{})",
+                     r, getSize(), getSize() - 1);
+  const std::string name = opts ? opts->group_name : std::string();
+  const auto timeout = opts && opts->timeout.count() > 0 ? opts->timeout : group_.timeout();
+  std::lock_guard lock(splits_mutex_);
+  if (const auto it = splits_.find(name); it != splits_.end()) {
+    if (auto made = it->second.lock()) return made;
+  }
+  auto child = c10::make_intrusive<BackendTandem>(std::make_shared<C10dStore>(store),
+                                                  static_cast<int>(me - ranks.begin()),
+                                                  static_cast<int>(ranks.size()), timeout);
+  if (!name.empty()) splits_.insert_or_assign(name, c10::weak_intrusive_ptr<BackendTandem>(child));
+  return child;
+}
+
+c10::intrusive_ptr<c10d::Backend> BackendTandem::merge(const c10::intrusive_ptr<c10d::Store>& store,
+                                                       const c10::intrusive_ptr<Options>& opts,
+                                                       const int& rank, const int& size) {
+  TANDEM_CHECK_ARG(size > 0 && rank >= 0 && rank < size,
+                   "merge_remote_group: rank {} of {} ranks is not a place in the merged group",
+                   rank, size);
+  const auto timeout = opts && opts->timeout.count() > 0 ? opts->timeout : group_.timeout();
+  return c10::make_intrusive<BackendTandem>(std::make_shared<C10dStore>(store), rank, size,
+                                            timeout);
+}
+#endif
+
+#if TANDEM_HAVE_BACKEND_SHRINK
+c10::intrusive_ptr<c10d::Backend> BackendTandem::shrink(const std::vector<std::int64_t>&, int,
+                                                        const c10::intrusive_ptr<Options>&) {
+  TANDEM_THROW(ErrorCode::InvalidArgument,
+               "shrink_group is not supported by backend 'tandem': make a group of the ranks "
+               "that remain with new_group(ranks), or restart the job (tandemrun restarts it "
+               "with --max-restarts)");
+}
+#endif
 
 }  // namespace tandem::python

@@ -9,7 +9,10 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
+#include <map>
+#include <mutex>
 #include <string>
+#include <vector>
 
 namespace tandem::python {
 
@@ -28,6 +31,8 @@ class BackendTandem final : public c10d::Backend {
   WorkPtr allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) override;
   WorkPtr allreduce_coalesced(Tensors& tensors,
                               const c10d::AllreduceCoalescedOptions& opts) override;
+  /// A sparse COO tensor, SUM or AVG (DDP's sparse gradients).
+  WorkPtr allreduce_sparse(Tensors& tensors, const c10d::AllreduceOptions& opts) override;
   WorkPtr reduce(Tensors& tensors, const c10d::ReduceOptions& opts) override;
   WorkPtr allgather(std::vector<Tensors>& outputs, Tensors& inputs,
                     const c10d::AllgatherOptions& opts) override;
@@ -67,10 +72,50 @@ class BackendTandem final : public c10d::Backend {
   /// with Aborted at once and tells the peers, whose calls fail with Aborted naming it.
   void abort() TANDEM_OVERRIDE_SINCE_2_7;
 
-  Group& group() noexcept { return group_; }
+#if TANDEM_HAVE_BACKEND_SET_TIMEOUT
+  /// ProcessGroup.set_timeout: the timeout of the calls made from now on.
+  void setTimeout(std::chrono::milliseconds timeout) override {
+    group_.set_timeout(timeout);
+  }
+#endif
+#if TANDEM_HAVE_BACKEND_SPLIT
+  bool supportsSplitting() const override {
+    return true;
+  }
+  c10::intrusive_ptr<Options> getBackendOptions() override;
+  /// ProcessGroup.split_group: a group of `ranks` (ranks of this group) over `store`, or
+  /// nullptr on a rank that is not one of them. Torch may ask once per device type: each
+  /// asks for the same group (opts->group_name), which is made once.
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts) override;
+  /// ProcessGroup.merge_remote_group: a group of `size` ranks over `store`, this one `rank`.
+  c10::intrusive_ptr<c10d::Backend> merge(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const c10::intrusive_ptr<Options>& opts, const int& rank,
+                                          const int& size) override;
+#endif
+#if TANDEM_HAVE_BACKEND_SHRINK
+  /// Refused: a tandem group is rebuilt over the ranks that remain (new_group).
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<std::int64_t>& ranks_to_exclude,
+                                           int shrink_flags,
+                                           const c10::intrusive_ptr<Options>& opts) override;
+#endif
+
+  // What only ProcessGroupNCCL has: refused, saying what does the same here.
+  void waitForPendingWorks() override;
+  void enableCollectivesTiming() override;
+
+  Group& group() noexcept {
+    return group_;
+  }
 
  private:
   Group group_;
+#if TANDEM_HAVE_BACKEND_SPLIT
+  std::mutex splits_mutex_;
+  /// The groups split() made, by name, while they live.
+  std::map<std::string, c10::weak_intrusive_ptr<BackendTandem>> splits_;
+#endif
 };
 
 }  // namespace tandem::python

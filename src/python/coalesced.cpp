@@ -63,7 +63,8 @@ WorkPtr Group::allgather_coalesced(std::vector<Tensors>& outputs, Tensors& input
   for (std::size_t i = 0; i < inputs.size(); ++i)
     slice_as(in, offset[i], inputs[i]).copy_(inputs[i]);
   const auto out = pool_->take(block * size_, bytes);
-  auto part = comm()->allgather_async(view_of(in, false, name), view_of(out, false, name));
+  auto part =
+      comm()->allgather_async(view_of(in, false, name), view_of(out, false, name), on_stream(in));
   Tensors flat_outputs;
   for (const auto& list : outputs)
     flat_outputs.insert(flat_outputs.end(), list.begin(), list.end());
@@ -125,8 +126,8 @@ WorkPtr Group::end_coalescing() {
     auto r = w->result();
     outputs.insert(outputs.end(), r.begin(), r.end());
   }
-  auto work =
-      c10::make_intrusive<TandemWork>(rank_, c10d::OpType::COALESCED, std::move(outputs), timeout_);
+  auto work = c10::make_intrusive<TandemWork>(rank_, c10d::OpType::COALESCED, std::move(outputs),
+                                              timeout());
   work->track_works(block);
   return work;
 }

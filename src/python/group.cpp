@@ -101,6 +101,11 @@ std::shared_ptr<Communicator> Group::comm() {
   return comm_;
 }
 
+void Group::set_timeout(std::chrono::milliseconds timeout) {
+  comm()->set_timeout(timeout);
+  timeout_.store(timeout, std::memory_order_relaxed);
+}
+
 void Group::shutdown() {
   std::shared_ptr<Communicator> comm;
   {
@@ -122,7 +127,7 @@ void Group::abort() {
 WorkPtr Group::launch(c10d::OpType type, Tensors outputs, std::vector<std::shared_ptr<Work>> parts,
                       std::function<void()> on_success, Tensors keep) {
   seq_.fetch_add(1, std::memory_order_relaxed);
-  auto work = c10::make_intrusive<TandemWork>(rank_, type, std::move(outputs), timeout_);
+  auto work = c10::make_intrusive<TandemWork>(rank_, type, std::move(outputs), timeout());
   work->track(std::move(parts), std::move(on_success), std::move(keep));
   {
     std::lock_guard lock(block_mutex_);
@@ -159,7 +164,7 @@ WorkPtr Group::broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts) {
   check_same_layout(tensors, tensors[index], "tensors", name);
   const auto s = Staged::of(tensors[index]);
   const auto v = view_of(s.buffer, false, name);
-  auto part = comm()->broadcast_async(v, v, static_cast<int>(opts.rootRank));
+  auto part = comm()->broadcast_async(v, v, static_cast<int>(opts.rootRank), on_stream(s.buffer));
   std::function<void()> done;
   if (s.copied() || tensors.size() > 1) {
     done = [s, tensors, index] {
@@ -174,13 +179,14 @@ WorkPtr Group::broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts) {
 WorkPtr Group::allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) {
   constexpr std::string_view name = "all_reduce";
   TANDEM_CHECK_ARG(!tensors.empty(), "{}: no tensor given", name);
+  if (tensors[0].layout() == at::kSparse) return allreduce_sparse(tensors, opts);
   const auto type = tensors[0].scalar_type();
   const ReduceOp op = reduce_op_of(opts.reduceOp, type, name);
   if (tensors.size() == 1) {
     const auto s = Staged::of(tensors[0]);
     const auto v = view_of(s.buffer, true, name);
     premultiply_(s.buffer, opts.reduceOp);
-    auto part = comm()->allreduce_async(v, v, op);
+    auto part = comm()->allreduce_async(v, v, op, on_stream(s.buffer));
     auto done = copy_back(s);
     return launch(c10d::OpType::ALLREDUCE, tensors, {part}, std::move(done), {s.buffer});
   }
@@ -192,7 +198,7 @@ WorkPtr Group::allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) {
   const auto acc = combine(tensors, opts.reduceOp).contiguous();
   const auto v = view_of(acc, true, name);
   premultiply_(acc, opts.reduceOp);
-  auto part = comm()->allreduce_async(v, v, op);
+  auto part = comm()->allreduce_async(v, v, op, on_stream(acc));
   const bool average = opts.reduceOp.op_ == c10d::ReduceOp::AVG;
   auto done = [acc, tensors, average] {
     if (average) acc.div_(static_cast<double>(tensors.size()));
@@ -216,7 +222,7 @@ WorkPtr Group::allreduce_coalesced(Tensors& tensors, const c10d::AllreduceCoales
   const auto flat = flatten(tensors, *pool_);
   const auto v = view_of(flat, true, name);
   premultiply_(flat, opts.reduceOp);
-  auto part = comm()->allreduce_async(v, v, op);
+  auto part = comm()->allreduce_async(v, v, op, on_stream(flat));
   return launch(c10d::OpType::ALLREDUCE_COALESCED, tensors, {part},
                 [flat, tensors] { unflatten(flat, tensors); }, {flat});
 }
@@ -232,7 +238,7 @@ WorkPtr Group::reduce(Tensors& tensors, const c10d::ReduceOptions& opts) {
                      ? Staged{tensors[0], premultiplied(tensors[0], opts.reduceOp)}
                      : Staged::of(tensors[0]);
   const auto v = view_of(s.buffer, true, name);
-  auto part = comm()->reduce_async(v, v, op, root);
+  auto part = comm()->reduce_async(v, v, op, root, on_stream(s.buffer));
   std::function<void()> done;
   if (s.copied() && rank_ == root) done = [s] { s.copy_back(); };
   return launch(c10d::OpType::REDUCE, tensors, {part}, std::move(done), {s.buffer});
@@ -251,11 +257,12 @@ WorkPtr Group::allgather(std::vector<Tensors>& outputs, Tensors& inputs) {
   check_same_layout(list, inputs[0], "tensor_list", name);
   const auto in = inputs[0].contiguous();
   if (const auto direct = adjacent(list)) {
-    auto part = comm()->allgather_async(view_of(in, false, name), *direct);
+    auto part = comm()->allgather_async(view_of(in, false, name), *direct, on_stream(in));
     return launch(c10d::OpType::ALLGATHER, list, {part}, {}, {in});
   }
   const auto flat = pool_->take(static_cast<std::int64_t>(size_) * in.numel(), in.options());
-  auto part = comm()->allgather_async(view_of(in, false, name), view_of(flat, false, name));
+  auto part =
+      comm()->allgather_async(view_of(in, false, name), view_of(flat, false, name), on_stream(in));
   return launch(c10d::OpType::ALLGATHER, list, {part}, [flat, list] { unflatten(flat, list); },
                 {in, flat});
 }
@@ -271,7 +278,8 @@ Group::Piece Group::allgather_piece(const at::Tensor& output, const at::Tensor& 
                    c10::toString(input.scalar_type()), input.numel() * size_);
   const auto in = input.contiguous();
   const auto s = Staged::of(output);
-  auto part = comm()->allgather_async(view_of(in, false, name), view_of(s.buffer, false, name));
+  auto part = comm()->allgather_async(view_of(in, false, name), view_of(s.buffer, false, name),
+                                      on_stream(in));
   return {std::move(part), copy_back(s), {in, s.buffer}};
 }
 
@@ -290,7 +298,7 @@ WorkPtr Group::gather(std::vector<Tensors>& outputs, Tensors& inputs,
   if (rank_ != root) {
     TANDEM_CHECK_ARG(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
                      "{}: only the root (rank {}) passes a gather_list", name, root);
-    auto part = comm()->gather_async(view_of(in, false, name), {}, root);
+    auto part = comm()->gather_async(view_of(in, false, name), {}, root, on_stream(in));
     return launch(c10d::OpType::GATHER, {}, {part}, {}, {in});
   }
   TANDEM_CHECK_ARG(outputs.size() == 1 && outputs[0].size() == static_cast<std::size_t>(size_),
@@ -298,11 +306,12 @@ WorkPtr Group::gather(std::vector<Tensors>& outputs, Tensors& inputs,
   auto& list = outputs[0];
   check_same_layout(list, in, "gather_list", name);
   if (const auto direct = adjacent(list)) {
-    auto part = comm()->gather_async(view_of(in, false, name), *direct, root);
+    auto part = comm()->gather_async(view_of(in, false, name), *direct, root, on_stream(in));
     return launch(c10d::OpType::GATHER, list, {part}, {}, {in});
   }
   const auto flat = pool_->take(static_cast<std::int64_t>(size_) * in.numel(), in.options());
-  auto part = comm()->gather_async(view_of(in, false, name), view_of(flat, false, name), root);
+  auto part = comm()->gather_async(view_of(in, false, name), view_of(flat, false, name), root,
+                                   on_stream(in));
   return launch(c10d::OpType::GATHER, list, {part}, [flat, list] { unflatten(flat, list); },
                 {in, flat});
 }
@@ -319,15 +328,16 @@ WorkPtr Group::scatter(Tensors& outputs, std::vector<Tensors>& inputs,
   if (rank_ != root) {
     TANDEM_CHECK_ARG(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
                      "{}: only the root (rank {}) passes a scatter_list", name, root);
-    auto part = comm()->scatter_async({}, view_of(s.buffer, false, name), root);
+    auto part =
+        comm()->scatter_async({}, view_of(s.buffer, false, name), root, on_stream(s.buffer));
     return launch(c10d::OpType::SCATTER, outputs, {part}, std::move(done), {s.buffer});
   }
   TANDEM_CHECK_ARG(inputs.size() == 1 && inputs[0].size() == static_cast<std::size_t>(size_),
                    "{}: the root needs a scatter_list of {} tensors (one per rank)", name, size_);
   check_same_layout(inputs[0], outputs[0], "scatter_list", name);
   const auto flat = flatten(inputs[0], *pool_);
-  auto part =
-      comm()->scatter_async(view_of(flat, false, name), view_of(s.buffer, false, name), root);
+  auto part = comm()->scatter_async(view_of(flat, false, name), view_of(s.buffer, false, name),
+                                    root, on_stream(flat));
   return launch(c10d::OpType::SCATTER, outputs, {part}, std::move(done), {flat, s.buffer});
 }
 
@@ -343,8 +353,8 @@ WorkPtr Group::reduce_scatter(Tensors& outputs, std::vector<Tensors>& inputs,
   const auto flat = flatten(inputs[0], *pool_);
   premultiply_(flat, opts.reduceOp);
   const auto s = Staged::of(outputs[0]);
-  auto part =
-      comm()->reduce_scatter_async(view_of(flat, true, name), view_of(s.buffer, true, name), op);
+  auto part = comm()->reduce_scatter_async(view_of(flat, true, name), view_of(s.buffer, true, name),
+                                           op, on_stream(flat));
   auto done = copy_back(s);
   return launch(c10d::OpType::REDUCE_SCATTER, outputs, {part}, std::move(done), {flat, s.buffer});
 }
@@ -363,8 +373,8 @@ Group::Piece Group::reduce_scatter_piece(const at::Tensor& output, const at::Ten
   // PREMUL_SUM scales a copy: the input is the caller's and stays as it was.
   const auto in = premultiplied(input, reduce_op).contiguous();
   const auto s = Staged::of(output);
-  auto part =
-      comm()->reduce_scatter_async(view_of(in, true, name), view_of(s.buffer, true, name), op);
+  auto part = comm()->reduce_scatter_async(view_of(in, true, name), view_of(s.buffer, true, name),
+                                           op, on_stream(in));
   return {std::move(part), copy_back(s), {in, s.buffer}};
 }
 
@@ -400,13 +410,13 @@ WorkPtr Group::alltoallv(const at::Tensor& out, const at::Tensor& in,
     const auto from = static_cast<std::size_t>((rank_ - k + size_) % size_);
     if (recv_counts[from] > 0)
       parts.push_back(c->recv_async(vout.slice(recv_at[from] * unit, recv_counts[from] * unit),
-                                    static_cast<int>(from), kAlltoallTag));
+                                    static_cast<int>(from), kAlltoallTag, on_stream(out)));
   }
   for (int k = 1; k < size_; ++k) {
     const auto to = static_cast<std::size_t>((rank_ + k) % size_);
     if (send_counts[to] > 0)
       parts.push_back(c->send_async(vin.slice(send_at[to] * unit, send_counts[to] * unit),
-                                    static_cast<int>(to), kAlltoallTag));
+                                    static_cast<int>(to), kAlltoallTag, on_stream(in)));
   }
   if (send_counts[me] > 0) {
     std::memcpy(vout.slice(recv_at[me] * unit, 0).data, vin.slice(send_at[me] * unit, 0).data,
@@ -436,7 +446,8 @@ WorkPtr Group::alltoall_base(at::Tensor& output, at::Tensor& input,
                      "{}: without split sizes, input and output must have the same size and a "
                      "first dimension divisible by the world size ({})",
                      name, size_);
-    auto part = comm()->alltoall_async(view_of(in, false, name), view_of(s.buffer, false, name));
+    auto part = comm()->alltoall_async(view_of(in, false, name), view_of(s.buffer, false, name),
+                                       on_stream(in));
     return launch(c10d::OpType::ALLTOALL_BASE, {output}, {part}, std::move(done), {in, s.buffer});
   }
   // Uneven splits count rows of the first dimension.
@@ -502,7 +513,8 @@ WorkPtr Group::send(Tensors& tensors, int dst, int tag) {
   TANDEM_CHECK_ARG(tag >= 0, "{}: tag {} is negative; tags are 0 or more", name, tag);
   check_tensor(tensors[0], name);
   const auto in = tensors[0].contiguous();
-  auto part = comm()->send_async(view_of(in, false, name), dst, static_cast<std::uint32_t>(tag));
+  auto part = comm()->send_async(view_of(in, false, name), dst, static_cast<std::uint32_t>(tag),
+                                 on_stream(in));
   return launch(c10d::OpType::SEND, tensors, {part}, {}, {in});
 }
 
@@ -512,8 +524,8 @@ WorkPtr Group::recv(Tensors& tensors, int src, int tag) {
   TANDEM_CHECK_ARG(tag >= 0, "{}: tag {} is negative; tags are 0 or more", name, tag);
   check_tensor(tensors[0], name);
   const auto s = Staged::of(tensors[0]);
-  auto part =
-      comm()->recv_async(view_of(s.buffer, false, name), src, static_cast<std::uint32_t>(tag));
+  auto part = comm()->recv_async(view_of(s.buffer, false, name), src,
+                                 static_cast<std::uint32_t>(tag), on_stream(s.buffer));
   auto done = copy_back(s);
   return launch(c10d::OpType::RECV, tensors, {part}, std::move(done), {s.buffer});
 }

@@ -68,9 +68,18 @@ class Group {
   /// Closes the block: one Work over every call since start_coalescing() (a completed one
   /// when there was none). Throws Error(InvalidArgument) when no block is open.
   WorkPtr end_coalescing();
+  /// all_reduce of one sparse COO tensor (sparse.cpp): SUM or AVG; the tensor receives the
+  /// coalesced result. Blocks until every rank's count of nonzeros is known.
+  WorkPtr allreduce_sparse(Tensors& tensors, const c10d::AllreduceOptions& opts);
   /// A barrier that fails at `timeout` with tandem's report of which ranks never arrived.
   void monitored_barrier(const c10d::BarrierOptions& opts);
 
+  /// The timeout of the calls made from now on (and of Work::wait() without one).
+  void set_timeout(std::chrono::milliseconds timeout);
+  std::chrono::milliseconds timeout() const noexcept {
+    return timeout_.load(std::memory_order_relaxed);
+  }
+  int rank() const noexcept { return rank_; }
   /// Collectives issued so far (torch's sequence number of the group).
   std::uint64_t sequence_number() const noexcept { return seq_.load(std::memory_order_relaxed); }
   /// Closes the communicator (graceful: the peers are told); later calls fail.
@@ -103,7 +112,7 @@ class Group {
 
   int rank_;
   int size_;
-  std::chrono::milliseconds timeout_;
+  std::atomic<std::chrono::milliseconds> timeout_;
   std::mutex mutex_;  // guards comm_ against shutdown()
   std::shared_ptr<Communicator> comm_;
   std::atomic<std::uint64_t> seq_{0};

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <cstdlib>
 
 namespace tandem::python {
@@ -83,6 +84,16 @@ Device tandem_device(const at::Tensor& t) noexcept {
 }
 
 }  // namespace
+
+CallOptions on_stream(const at::Tensor& t) {
+  CallOptions o;
+  if (t.is_cuda()) {
+    // Through torch's device-neutral interface: this file builds against CPU torch too.
+    const c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
+    o.stream = cuda.getStream(t.device()).native_handle();
+  }
+  return o;
+}
 
 BufferView view_of(const at::Tensor& t, bool reducing, std::string_view collective) {
   check_tensor(t, collective);

@@ -2,6 +2,7 @@
 // From torch tensors and c10d options to tandem's vocabulary: element types, reduction
 // operations and BufferViews, with a staging copy for tensors that are not contiguous.
 
+#include <tandem/communicator.hpp>
 #include <tandem/types.hpp>
 
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -19,6 +20,11 @@ namespace tandem::python {
 /// Throws Error(InvalidArgument) unless `t` is a dense CPU or CUDA tensor (CUDA tensors run
 /// through the communicator's CUDA backend, NCCL, when tandem was built with it).
 void check_tensor(const at::Tensor& t, std::string_view collective);
+
+/// The options of a call on `t`: for a CUDA tensor, the current stream of its device (the
+/// collective starts after the work enqueued there and the later work there comes after it,
+/// as with NCCL); nothing for a CPU tensor.
+CallOptions on_stream(const at::Tensor& t);
 
 /// tandem's view of a contiguous tensor's elements. For reductions (`reducing`): bool is u8
 /// (reduced with min/max), complex is its real and imaginary parts (f32/f64, twice the count);

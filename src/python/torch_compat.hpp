@@ -8,6 +8,13 @@
 //                                  shutdown() (torch 2.7); empty before, where they are
 //                                  methods of backend "tandem" alone, called from Python
 //   TANDEM_HAVE_FUTURE_RESULT      1 where c10d::Work declares getFutureResult() (torch 2.6)
+//   TANDEM_HAVE_BACKEND_SET_TIMEOUT  1 where c10d::Backend declares setTimeout() (torch 2.7)
+//   TANDEM_HAVE_BACKEND_SPLIT        1 where c10d::Backend declares split(), merge() and
+//                                  getBackendOptions() (ProcessGroup.split_group and
+//                                  merge_remote_group; torch 2.10)
+//   TANDEM_HAVE_BACKEND_SHRINK       1 where c10d::Backend declares shrink() (torch 2.11)
+//   Each is keyed on the first release known to declare it; a release between that declares
+//   it earlier gets torch's own refusal of the call instead of tandem's.
 //   tandem::python::PreMulSupplement  PREMUL_SUM's factor (NCCLPreMulSumSupplement, the
 //                                  name every release has; later ones alias it)
 
@@ -32,6 +39,10 @@
 #else
 #define TANDEM_HAVE_FUTURE_RESULT 0
 #endif
+
+#define TANDEM_HAVE_BACKEND_SET_TIMEOUT TANDEM_TORCH_AT_LEAST(2, 7)
+#define TANDEM_HAVE_BACKEND_SPLIT TANDEM_TORCH_AT_LEAST(2, 10)
+#define TANDEM_HAVE_BACKEND_SHRINK TANDEM_TORCH_AT_LEAST(2, 11)
 
 namespace tandem::python {
 using PreMulSupplement = c10d::NCCLPreMulSumSupplement;

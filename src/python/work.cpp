@@ -71,6 +71,10 @@ void TandemWork::track(std::vector<std::shared_ptr<tandem::Work>> parts,
   }
 }
 
+int TandemWork::sourceRank() const {
+  return retrieveOpType() == c10d::OpType::RECV && parts_.size() == 1 ? parts_[0]->source() : -1;
+}
+
 void TandemWork::complete_now() {
   remaining_.store(1, std::memory_order_release);
   one_completed(nullptr);

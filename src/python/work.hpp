@@ -50,6 +50,8 @@ class TandemWork final : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFutureResult() override;
 #endif
   std::vector<at::Tensor> result() override;
+  /// A receive's sender once it completed (recv without src: the rank matched), else -1.
+  int sourceRank() const override;
   void synchronize() override {}
 
  private:

@@ -446,14 +446,135 @@ def _batch_isend_irecv():
     return run
 
 
-def _recv_any_source_refused():
+def _recv_any_source():
     def run(rank, world):
+        # recv without src takes whichever rank's message comes first and returns its rank;
+        # each rank's messages arrive in the order it sent them.
+        for n in (3, 70000):
+            if rank != 0:
+                for k in range(2):
+                    dist.send(torch.full((n,), float(rank * 100 + k)), dst=0, tag=3)
+            else:
+                seen = {}
+                for _ in range(2 * (world - 1)):
+                    t = torch.empty(n)
+                    src = dist.recv(t, tag=3)
+                    k = seen.get(src, 0)
+                    seen[src] = k + 1
+                    check(t, torch.full((n,), float(src * 100 + k)), f"recv without src ({src})")
+                assert seen == {r: 2 for r in range(1, world)}, seen
+        # irecv without src, then a collective: the message sent before the collective is
+        # the receive's, not the collective's.
+        if rank == world - 1:
+            dist.send(torch.full((5,), 9.0), dst=0)
+        if rank == 0:
+            t = torch.empty(5)
+            work = dist.irecv(t)
+        s = torch.ones(4)
+        dist.all_reduce(s)
+        check(s, torch.full((4,), float(world)), "all_reduce after irecv without src")
+        if rank == 0:
+            work.wait()
+            assert work._source_rank() == world - 1, work._source_rank()
+            check(t, torch.full((5,), 9.0), "irecv without src")
+        # In a subgroup, recv returns the sender's global rank.
+        members = list(range(1, world))
+        g = dist.new_group(members, backend="tandem")
+        if world > 2 and rank == world - 1:
+            dist.send(torch.full((2,), 4.0), dst=1, group=g)
+        if world > 2 and rank == 1:
+            t = torch.empty(2)
+            assert dist.recv(t, group=g) == world - 1
+            check(t, torch.full((2,), 4.0), "recv without src in a subgroup")
+        dist.barrier()
+    return run
+
+
+def _sparse_all_reduce():
+    def run(rank, world):
+        # Sparse COO tensors (DDP's sparse gradients): summed into one coalesced tensor; each
+        # rank's indices overlap the next rank's, and one rank has no nonzeros at all.
+        def mine(r, dtype):
+            if r == 1:
+                return torch.sparse_coo_tensor(torch.empty(2, 0, dtype=torch.long),
+                                               torch.empty(0, 3, dtype=dtype), (6, 5, 3))
+            idx = torch.tensor([[r % 6, (r + 1) % 6, (r + 1) % 6], [0, 2, 4]])
+            val = torch.arange(9, dtype=dtype).view(3, 3) + 10 * r
+            return torch.sparse_coo_tensor(idx, val, (6, 5, 3))
+        for dtype in (torch.float32, torch.float64, torch.int64):
+            for op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG):
+                if op == dist.ReduceOp.AVG and not dtype.is_floating_point:
+                    continue
+                t = mine(rank, dtype)
+                dist.all_reduce(t, op=op)
+                want = sum(mine(r, dtype).to_dense() for r in range(world))
+                if op == dist.ReduceOp.AVG:
+                    want = want / world
+                assert t.is_sparse, "the result is not sparse"
+                check(t.to_dense(), want, f"sparse all_reduce {op} {dtype}")
         try:
-            dist.recv(torch.empty(1))
+            dist.all_reduce(mine(rank, torch.float32), op=dist.ReduceOp.MAX)
         except RuntimeError as e:
-            assert "pass src=" in str(e), str(e)
+            assert "summed (SUM) or averaged (AVG)" in str(e), str(e)
         else:
-            raise AssertionError("recv without src was expected to be refused")
+            raise AssertionError("sparse all_reduce with MAX was expected to be refused")
+    return run
+
+
+def _group_management():
+    def run(rank, world):
+        pg = dist.distributed_c10d._get_default_group()
+        backend = pg._get_backend(torch.device("cpu"))
+        assert backend.supports_splitting
+        # set_timeout: the calls made afterwards run under the new timeout.
+        pg.set_timeout(datetime.timedelta(seconds=45))
+        t = torch.ones(3)
+        dist.all_reduce(t)
+        check(t, torch.full((3,), float(world)), "all_reduce after set_timeout")
+        pg.set_timeout(datetime.timedelta(seconds=60))
+        # split_group (torch's dist.split_group asks for an accelerator; the process group's
+        # own method does not): ranks 0 and 1 get a group, the others None. The child's
+        # options are the parent's (getBackendOptions) with the timeout given here.
+        sub = pg.split_group([0, 1], timeout=datetime.timedelta(seconds=30),
+                             group_name=f"tandem_split_{world}")
+        if rank in (0, 1):
+            assert sub is not None and sub.size() == 2 and sub.rank() == rank
+            t = torch.full((4,), float(rank + 1))
+            sub.allreduce([t]).wait()
+            check(t, torch.full((4,), 3.0), "all_reduce in a split group")
+            sub.shutdown()
+        else:
+            assert sub is None, "a rank outside split_group's ranks got a group"
+        # merge_remote_group: a group of every rank over a store they share, each rank at
+        # the place the store gave it.
+        store = dist.PrefixStore(f"tandem_merge_{world}", dist.distributed_c10d._get_default_store())
+        merged = pg.merge_remote_group(store, world, datetime.timedelta(seconds=30),
+                                       group_name=f"tandem_merged_{world}")
+        places = [torch.zeros(1, dtype=torch.long) for _ in range(world)]
+        merged.allgather([places], [torch.tensor([rank])]).wait()
+        assert sorted(int(p) for p in places) == list(range(world)), places
+        merged.shutdown()
+        # shrink_group asks supports_shrinking first; the backend's shrink itself says what
+        # to do instead.
+        assert not backend.supports_shrinking
+        try:
+            backend.shrink([world - 1])
+        except RuntimeError as e:
+            assert "new_group(ranks)" in str(e), str(e)
+        else:
+            raise AssertionError("shrink was expected to be refused")
+        # What only ProcessGroupNCCL has: each refusal names what does the same here (torch
+        # itself refuses completion hooks for any other backend: "Only ProcessGrouppNCCL
+        # supports onCompletion hook").
+        for call, hint in ((pg._wait_for_pending_works, "barrier()"),
+                           (pg._enable_collectives_timing, "TANDEM_TRACE")):
+            try:
+                call()
+            except RuntimeError as e:
+                assert hint in str(e), str(e)
+            else:
+                raise AssertionError(f"expected a refusal naming {hint}")
+        dist.barrier()
     return run
 
 
@@ -488,5 +609,7 @@ def all_cases():
         cases[f"coalesced_tensor_pairs-{op}"] = _coalesced_tensor_pairs(op)
     cases["premul_sum"] = _premul_sum()
     cases["batch_isend_irecv"] = _batch_isend_irecv()
-    cases["recv_any_source_refused"] = _recv_any_source_refused()
+    cases["recv_any_source"] = _recv_any_source()
+    cases["sparse_all_reduce"] = _sparse_all_reduce()
+    cases["group_management"] = _group_management()
     return cases
