@@ -4,7 +4,7 @@ beside tandem-perf's own figure, from the logs run.sh writes.
 
 Usage: compare.py DIR   (DIR holds {gloo,tandem}-collectives.r<k>.log, perf-<collective>.r<k>.log,
 one per round k, and optionally {gloo,tandem}-ddp.r<k>.log or {gloo,tandem}-ddp.log, and
-{gloo,tandem}-fsdp2.r<k>.log). Each cell is the median over the
+{gloo,tandem}-fsdp2.r<k>.log and {gloo,tandem}-stack.r<k>.log). Each cell is the median over the
 rounds (time and busbw separately). Prints per collective: size, mean time per call (us) and
 busbw (GB/s) for each; tandem/gloo busbw; tandem through torch / tandem-perf. Writes
 DIR/busbw-<collective>.dat for bench/plot.gp (columns: bytes, tandem, gloo, tandem-perf).
@@ -146,7 +146,43 @@ def main():
             each = ", ".join(f"{float(r['ms_per_step']):.1f}" for r in rs)
             print(f"| {b} | {rs[0]['params']} | {rs[0]['steps']} | {ms:.2f} "
                   f"| {float(rs[0]['final_loss']):.4f} | {each} |")
+    stack_table(d)
     return 0
+
+
+def stack_results(path):
+    """{component: fields} of every result line of a stack.py log."""
+    found = {}
+    if os.path.exists(path):
+        for line in open(path, errors="replace"):
+            m = re.search(r"result: (.*)$", line)
+            if m:
+                f = dict(p.split("=", 1) for p in m.group(1).split() if "=" in p)
+                found[f["component"]] = f
+    return found
+
+
+def stack_table(d):
+    """The training stack's components (stack.py), {gloo,tandem}-stack.r<k>.log: medians."""
+    runs = {b: [stack_results(p) for p in sorted(glob.glob(os.path.join(d, f"{b}-stack.r*.log")))]
+            for b in ("gloo", "tandem")}
+    if not any(runs.values()):
+        return
+    components = [c for r in runs["tandem"] + runs["gloo"] for c in r]
+    components = list(dict.fromkeys(components))
+    print("\n#### The training stack, component by component, 2 ranks (stack.py)\n")
+    print("| component | one timed unit | gloo ms | tandem ms | tandem/gloo time |")
+    print("|---|---|---:|---:|---:|")
+    for c in components:
+        ms = {}
+        for b, rs in runs.items():
+            vals = [float(r[c]["ms"]) for r in rs if c in r]
+            ms[b] = statistics.median(vals) if vals else None
+        what = next(r[c]["what"] for rs in runs.values() for r in rs if c in r)
+        cell = {b: f"{v:.3f}" if v is not None else "failed" for b, v in ms.items()}
+        ratio = (f"{ms['tandem'] / ms['gloo']:.2f}"
+                 if ms["gloo"] and ms["tandem"] is not None else "-")
+        print(f"| {c} | {what.replace('_', ' ')} | {cell['gloo']} | {cell['tandem']} | {ratio} |")
 
 
 if __name__ == "__main__":

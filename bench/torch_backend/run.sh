@@ -4,7 +4,8 @@
 # bytes on NP ranks under tandemrun with each backend, tandem-perf measures the same sizes, and
 # the Fashion-MNIST CNN trains with Python DDP (bench/pytorch_ddp/train.py --backend) with
 # each, DDP_ROUNDS times interleaved, and so does FSDP2 on a small transformer LM (fsdp2.py,
-# FSDP_ROUNDS times). The sweeps run ROUNDS times, interleaved (gloo, tandem, tandem-perf in
+# FSDP_ROUNDS times), and so do the training stack's components (stack.py, STACK_ROUNDS
+# times). The sweeps run ROUNDS times, interleaved (gloo, tandem, tandem-perf in
 # each round), and each cell is the median of the rounds: one machine's noise shows in one
 # round, not in the table. Prints the tables (compare.py) and draws DIR/busbw.png (bench/plot.gp).
 #
@@ -14,6 +15,7 @@
 # Knobs: MIN, MAX, FACTOR (bench/lib.sh), NP (2), ROUNDS (3), BUDGET (timed seconds per size, 0.5),
 # EPOCHS (1), MAX_STEPS (0: whole epochs), DDP_ROUNDS (3: interleaved DDP runs, medians),
 # FSDP_ROUNDS (3: interleaved FSDP2 runs of fsdp2.py, medians; 0 skips them),
+# STACK_ROUNDS (3: interleaved runs of stack.py, the training stack component by component),
 # OUT (default: a fresh temporary directory).
 # Needs make build (which makes .venv with torch 2.13.0); installs dataset-fashion-mnist and
 # gnuplot when missing.
@@ -28,6 +30,7 @@ EPOCHS=${EPOCHS:-1}
 MAX_STEPS=${MAX_STEPS:-0}
 DDP_ROUNDS=${DDP_ROUNDS:-3}
 FSDP_ROUNDS=${FSDP_ROUNDS:-3}
+STACK_ROUNDS=${STACK_ROUNDS:-3}
 PYTHON=${PYTHON:-$repo/.venv/bin/python}
 export TANDEM_PYTHON=$PYTHON OMP_NUM_THREADS=1
 
@@ -72,6 +75,15 @@ for round in $(seq 1 "$FSDP_ROUNDS"); do
     echo "run.sh: round $round: FSDP2 with backend $backend"
     timeout -k 10 "$RUN_TIMEOUT" "${run[@]}" "$here/fsdp2.py" --backend "$backend" \
       >"$OUT/$backend-fsdp2.r$round.log" 2>&1 || true
+  done
+done
+# The training stack component by component (stack.py): TP, DTensor, functional collectives,
+# batch_isend_irecv, object collectives, distributed checkpoint; interleaved rounds too.
+for round in $(seq 1 "$STACK_ROUNDS"); do
+  for backend in gloo tandem; do
+    echo "run.sh: round $round: training stack components with backend $backend"
+    timeout -k 10 "$RUN_TIMEOUT" "${run[@]}" "$here/stack.py" --backend "$backend" \
+      >"$OUT/$backend-stack.r$round.log" 2>&1 || true
   done
 done
 "$PYTHON" "$here/compare.py" "$OUT" | tee "$OUT/tables.md"
