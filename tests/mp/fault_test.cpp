@@ -231,6 +231,35 @@ TEST_P(Fault, CollectiveOneRankNeverCallsTimesOut) {
   testing::expect_all_ok(exits);
 }
 
+TEST_P(Fault, SetTimeoutGivesLaterCallsTheNewDeadline) {
+  const auto exits = testing::run_ranks(
+      2,
+      [&](const testing::RankContext& ctx) {
+        auto comm = connect(ctx);
+        auto store = ctx.store();
+        EXPECT_THROW(comm->set_timeout(0ms), Error);
+        comm->set_timeout(300ms);
+        EXPECT_EQ(comm->timeout(), 300ms);
+        if (ctx.rank == 0) {
+          // Rank 1 never sends: the receive fails at the timeout just set, not the one the
+          // communicator was made with (run_options' 180 s), and says which it was.
+          std::vector<float> v(4);
+          try {
+            comm->recv_async(BufferView::of(std::span<float>(v)), 1, 3)->wait(Deadline::max());
+            ADD_FAILURE() << "a receive completed although rank 1 sent nothing";
+          } catch (const Error& e) {
+            EXPECT_EQ(e.code(), ErrorCode::Timeout) << e.what();
+            EXPECT_TRUE(contains(e.message(), "timeout 300 ms")) << e.what();
+          }
+          store->set("done", "1");
+        } else {
+          store->get("done");
+        }
+      },
+      run_options(GetParam()));
+  testing::expect_all_ok(exits);
+}
+
 // Setup publishes each rank's first progress record itself (what a diagnosis reads of a
 // rank that never entered a collective): when create() returns it is in the store already,
 // and the monitor's thread makes no store call while the first collectives run.

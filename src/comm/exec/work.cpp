@@ -27,7 +27,14 @@ void Work::wait(Deadline deadline) {
       std::lock_guard lock(mutex_);
       e = error_;
     }
-    std::rethrow_exception(e);
+    // The caller handles a copy of its own: the original is shared with the thread that
+    // failed the operation, which may release it last, after the caller's handler read it
+    // (ThreadSanitizer cannot see the ordering inside the C++ runtime's reference count).
+    try {
+      std::rethrow_exception(e);
+    } catch (const Error& error) {
+      throw Error(error);
+    }
   }
 }
 
