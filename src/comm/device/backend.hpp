@@ -8,6 +8,7 @@
 
 #include "algorithms/algorithm.hpp"
 
+#include <tandem/error.hpp>
 #include <tandem/store.hpp>
 #include <tandem/types.hpp>
 
@@ -32,6 +33,13 @@ struct DeviceSetup {
   /// the store's watch) or Error(Aborted) when a peer aborted. Cheap: the backend calls it
   /// every millisecond or so while it waits for the device or the peers.
   std::function<void()> check_peers;
+  /// check_peers for a thread of the backend's own: only what may be asked from any thread
+  /// (the store's watch of ranks that died; empty where the store keeps none).
+  std::function<void()> check_peers_async;
+  /// A call that run() left in flight on its stream (see run()) failed later: called on the
+  /// backend's thread with the error; the communicator is poisoned with it (its later calls
+  /// fail, its peers are told). Thread-safe.
+  std::function<void(const Error&)> on_failure;
   std::string label;  ///< the communicator, for messages ("communicator 'tandem/r0/world'")
 };
 
@@ -46,6 +54,14 @@ class DeviceBackend {
   /// throws: Timeout at the deadline, PeerLost/Aborted from check_peers or the library,
   /// InvalidArgument for what the library refuses. After a throw the backend is unusable
   /// (the communicator is poisoned anyway).
+  ///
+  /// With call.stream set, a backend may instead order the call on that stream and return
+  /// without the host waiting for the device (NCCL does; CUDA IPC, whose phases the hosts
+  /// step, always runs to completion): the call starts after the work enqueued on the
+  /// stream so far and the stream's later work after it. A thread of the backend's own then
+  /// watches it until the device finished it, against call.deadline, the library's errors
+  /// and check_peers_async, and on failure aborts the library's communicator (the stream
+  /// moves on) and reports the error through on_failure.
   virtual void run(const algorithms::Call& call) = 0;
   /// Asks a run() in progress on another thread to stop (it throws Aborted promptly) and
   /// every later run() to fail. Never throws; callable from any thread.

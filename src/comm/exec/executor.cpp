@@ -398,6 +398,8 @@ comm::DeviceBackend& Communicator::Impl::device_for(Device device) {
     setup.label = fmt::format("communicator '{}'", rendezvous.prefix);
     // The mesh's control connections notice a death at once; the store's watch (a round
     // trip) is asked every kLivenessPoll.
+    setup.check_peers_async = rendezvous.check_peers;  // the store: safe from any thread
+    setup.on_failure = [this](const Error& e) { poison(e.code(), e.message()); };
     setup.check_peers = [this, next = Clock::time_point{}]() mutable {
       if (mesh) mesh->check_alive();
       if (!rendezvous.check_peers) return;

@@ -155,7 +155,9 @@ void Communicator::Impl::worker_loop() {
     }
     ++exec.active;
     lock.unlock();
-    if (comm::is_p2p(work->op.call.kind)) {
+    // A send or receive of device memory is the device backend's (NCCL's), run as a
+    // collective is; the mesh moves host memory only.
+    if (comm::is_p2p(work->op.call.kind) && work->op.device.is_cpu()) {
       start_p2p(work);
     } else {
       run_collective(work);

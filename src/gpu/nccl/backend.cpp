@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <optional>
 
 namespace tandem::gpu {
 namespace {
@@ -19,6 +20,9 @@ using namespace std::chrono_literals;
 
 // Finalizing the NCCL communicator at destruction, after which it is aborted instead.
 constexpr auto kFinalizeTimeout = 10s;
+// How often the watchdog polls the oldest call in flight, and asks the store about the peers.
+constexpr auto kWatchPoll = 200us;
+constexpr auto kWatchPeerCheck = 250ms;
 
 std::string describe_call(const algorithms::Call& c, Device device) {
   const BufferView& b = c.in.count > 0 ? c.in : c.out;
@@ -70,7 +74,8 @@ NcclBackend::NcclBackend(const comm::DeviceSetup& setup) : setup_(setup) {
 }
 
 NcclBackend::~NcclBackend() {
-  if (comm_ == nullptr) return;
+  stop_watchdog();
+  if (comm_ == nullptr || comm_aborted_.load(std::memory_order_acquire)) return;
   if (abort_requested_.load(std::memory_order_acquire)) {
     // The communicator failed: its peers may never finalize with this one.
     abort_communicator();
@@ -82,7 +87,7 @@ NcclBackend::~NcclBackend() {
     setup_.check_peers = nullptr;  // the peers may be gone already: that is no failure now
     settle(deadline_in(kFinalizeTimeout), "finalizing the NCCL communicator");
     (void)ncclCommDestroy(comm_);
-    comm_ = nullptr;
+    comm_aborted_.store(true, std::memory_order_release);  // gone: nothing more to abort
   } catch (const Error& e) {
     TANDEM_DETAIL(init, "{}: NCCL communicator aborted at destruction: {}", setup_.label,
                   e.message());
@@ -97,15 +102,14 @@ void NcclBackend::check(ncclResult_t r, std::string_view what) const {
 }
 
 void NcclBackend::abort_communicator() noexcept {
-  broken_ = true;
-  if (comm_ == nullptr) return;
+  broken_.store(true, std::memory_order_release);
+  if (comm_ == nullptr || comm_aborted_.exchange(true, std::memory_order_acq_rel)) return;
   (void)ncclCommAbort(comm_);
-  comm_ = nullptr;
 }
 
 void NcclBackend::run(const algorithms::Call& call) {
   const std::string what = describe_call(call, setup_.device);
-  if (broken_)
+  if (broken_.load(std::memory_order_acquire))
     TANDEM_THROW(ErrorCode::Aborted,
                  "{} was not run: this communicator's NCCL communicator was aborted after an "
                  "earlier failure",
@@ -113,7 +117,7 @@ void NcclBackend::run(const algorithms::Call& call) {
   try {
     check_cuda(cudaSetDevice(setup_.device.index), "cudaSetDevice");
     // What the caller's kernels on its stream wrote comes first; its later work comes after
-    // (the stream waits for the collective's end, as the host does below).
+    // (the stream waits for the collective's end).
     const cudaStream_t caller = caller_stream(call.stream);
     check_cuda(cudaEventRecord(ready_->get(), caller), "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(stream_->get(), ready_->get(), 0), "cudaStreamWaitEvent");
@@ -123,6 +127,10 @@ void NcclBackend::run(const algorithms::Call& call) {
         (call.kind == CollectiveKind::allreduce || call.kind == CollectiveKind::reduce_scatter ||
          (call.kind == CollectiveKind::reduce && setup_.rank == call.root)))
       divide_on_device(call.out.data, call.out.count, call.out.dtype, setup_.size, stream_->get());
+    if (call.stream != nullptr) {
+      leave_in_flight(caller, call.deadline, what);
+      return;
+    }
     check_cuda(cudaEventRecord(done_->get(), stream_->get()), "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(caller, done_->get(), 0), "cudaStreamWaitEvent");
     wait_until(
@@ -137,6 +145,108 @@ void NcclBackend::run(const algorithms::Call& call) {
     abort_communicator();
     throw;
   }
+}
+
+void NcclBackend::leave_in_flight(cudaStream_t caller, Deadline deadline, std::string what) {
+  std::unique_ptr<Event> end;
+  {
+    std::lock_guard lock(watch_mutex_);
+    if (!spare_events_.empty()) {
+      end = std::move(spare_events_.back());
+      spare_events_.pop_back();
+    }
+  }
+  if (!end) end = std::make_unique<Event>();
+  check_cuda(cudaEventRecord(end->get(), stream_->get()), "cudaEventRecord");
+  check_cuda(cudaStreamWaitEvent(caller, end->get(), 0), "cudaStreamWaitEvent");
+  {
+    std::lock_guard lock(watch_mutex_);
+    in_flight_.push_back({std::move(end), deadline, std::move(what)});
+    if (!watchdog_.joinable()) watchdog_ = std::thread([this] { watch(); });
+  }
+  watch_cv_.notify_one();
+}
+
+bool NcclBackend::poll_in_flight(cudaEvent_t event, Deadline deadline, std::string_view what,
+                                 Clock::time_point& next_peer_check) {
+  const cudaError_t e = cudaEventQuery(event);
+  if (e != cudaErrorNotReady) {
+    check_cuda(e, fmt::format("{} on the device", what));
+    return true;
+  }
+  if (abort_requested_.load(std::memory_order_acquire))
+    TANDEM_THROW(ErrorCode::Aborted,
+                 "{} was stopped: the communicator was aborted (another operation failed or a "
+                 "peer reported a failure)",
+                 what);
+  ncclResult_t state = ncclSuccess;
+  check(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
+  if (state != ncclSuccess && state != ncclInProgress)
+    throw nccl_error(state, what, ncclGetLastError(comm_));
+  const auto now = Clock::now();
+  if (now >= deadline)
+    TANDEM_THROW(ErrorCode::Timeout,
+                 "{} did not complete within its deadline (timeout {} ms): a peer never joined "
+                 "it or is stuck; the NCCL communicator is aborted. Raise TANDEM_TIMEOUT if the "
+                 "work legitimately takes longer",
+                 what, setup_.timeout.count());
+  if (setup_.check_peers_async && now >= next_peer_check) {
+    next_peer_check = now + kWatchPeerCheck;
+    setup_.check_peers_async();  // PeerLost naming a rank that died
+  }
+  return false;
+}
+
+void NcclBackend::watch() {
+  (void)cudaSetDevice(setup_.device.index);
+  Clock::time_point next_peer_check{};
+  std::unique_lock lock(watch_mutex_);
+  for (;;) {
+    watch_cv_.wait(lock, [&] { return stopping_ || !in_flight_.empty(); });
+    if (in_flight_.empty()) return;  // stopping, and nothing left to watch
+    const cudaEvent_t end = in_flight_.front().end->get();
+    const Deadline deadline = in_flight_.front().deadline;
+    const std::string what = in_flight_.front().what;
+    lock.unlock();
+    bool finished = false;
+    std::optional<Error> failure;
+    try {
+      finished = poll_in_flight(end, deadline, what, next_peer_check);
+    } catch (const Error& e) {
+      failure = e;
+    } catch (const std::exception& e) {
+      failure = Error(ErrorCode::Internal,
+                      fmt::format("{}: unexpected exception while watching it (a bug in tandem; "
+                                  "please report it): {}",
+                                  what, e.what()));
+    }
+    if (failure) {
+      abort_communicator();  // the kernels stop: the caller's stream moves on
+      lock.lock();
+      for (auto& c : in_flight_) spare_events_.push_back(std::move(c.end));
+      in_flight_.clear();
+      lock.unlock();
+      if (setup_.on_failure) setup_.on_failure(*failure);
+      lock.lock();
+      continue;
+    }
+    lock.lock();
+    if (finished) {
+      spare_events_.push_back(std::move(in_flight_.front().end));
+      in_flight_.pop_front();
+    } else {
+      watch_cv_.wait_for(lock, kWatchPoll);
+    }
+  }
+}
+
+void NcclBackend::stop_watchdog() noexcept {
+  {
+    std::lock_guard lock(watch_mutex_);
+    stopping_ = true;
+  }
+  watch_cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
 }
 
 void NcclBackend::enqueue(const algorithms::Call& c) {
