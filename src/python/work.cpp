@@ -3,6 +3,9 @@
 #include <tandem/error.hpp>
 
 #include <ATen/core/ivalue.h>
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -52,7 +55,25 @@ class Completer {
 
 TandemWork::TandemWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
                        std::chrono::milliseconds timeout)
-    : c10d::Work(rank, type), outputs_(std::move(outputs)), timeout_(timeout) {}
+    : c10d::Work(rank, type), outputs_(std::move(outputs)), timeout_(timeout) {
+  for (const auto& t : outputs_) {
+    if (t.defined() && t.is_cuda()) {
+      // torch's device-neutral interface: this file builds against CPU torch too.
+      stream_ = c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(t.device());
+      break;
+    }
+  }
+}
+
+void TandemWork::synchronize() {
+  if (!stream_) return;
+  const c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
+  const c10::Stream current = cuda.getStream(stream_->device());
+  if (current == *stream_) return;  // ordered there already
+  c10::Event done(c10::DeviceType::CUDA);
+  done.record(*stream_);
+  done.block(current);
+}
 
 void TandemWork::track(std::vector<std::shared_ptr<tandem::Work>> parts,
                        std::function<void()> on_success, std::vector<at::Tensor> keep) {
@@ -122,6 +143,9 @@ void TandemWork::one_completed(std::exception_ptr e) {
   }
   if (!error && on_success_) {
     try {
+      // The copy-back of a CUDA call runs on its stream, after the collective.
+      std::optional<c10::StreamGuard> on_stream;
+      if (stream_) on_stream.emplace(*stream_);
       on_success_();
     } catch (...) {
       error = std::current_exception();
@@ -176,6 +200,7 @@ bool TandemWork::wait(std::chrono::milliseconds timeout) {
                  "back by the deadline of wait()");
   }
   if (exception_) std::rethrow_exception(exception_);
+  synchronize();
   return true;
 }
 
@@ -184,8 +209,12 @@ c10::intrusive_ptr<c10::ivalue::Future> TandemWork::getFuture() {
   {
     std::lock_guard lock(mutex_);
     if (!future_) {
-      future_ =
-          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+      // A CUDA call's future carries its device: torch records its events on the stream
+      // current at markCompleted() (the call's, below) and makes the callbacks' streams wait.
+      std::vector<c10::Device> devices;
+      if (stream_) devices.push_back(stream_->device());
+      future_ = c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::create(c10::TensorType::get()), std::move(devices));
     }
     future_requested_ = true;
     done = completed_;
@@ -210,6 +239,8 @@ void TandemWork::complete_future() {
   if (error) {
     future_->setError(error);
   } else {
+    std::optional<c10::StreamGuard> on_stream;
+    if (stream_) on_stream.emplace(*stream_);
     future_->markCompleted(c10::IValue(outputs_));
   }
 }

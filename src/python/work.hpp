@@ -4,6 +4,11 @@
 // back into the user's tensors. Its future, which DDP's reducer and communication hooks
 // chain on, is completed on a thread of its own, so that a hook that waits for a second
 // collective inside a callback (PowerSGD does) cannot block tandem's worker thread.
+//
+// On CUDA tensors the work belongs to the stream that was current when the call was made:
+// the collective is ordered on it (the device backend may complete the tandem Work before
+// the GPU finished), the copy-back runs on it, the future carries the device and records
+// its events there, and wait() makes the current stream wait for it.
 
 #include "python/torch_compat.hpp"
 
@@ -12,9 +17,11 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <atomic>
+#include <c10/core/Stream.h>
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,9 +57,10 @@ class TandemWork final : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFutureResult() override;
 #endif
   std::vector<at::Tensor> result() override;
+  /// CUDA: the current stream waits for the call's stream (no host wait); nothing on CPU.
+  void synchronize() override;
   /// A receive's sender once it completed (recv without src: the rank matched), else -1.
   int sourceRank() const override;
-  void synchronize() override {}
 
  private:
   void part_completed(const std::shared_ptr<tandem::Work>& part);
@@ -64,6 +72,8 @@ class TandemWork final : public c10d::Work {
   void complete_future();
 
   std::vector<at::Tensor> outputs_;
+  /// CUDA outputs: the stream current when the call was made.
+  std::optional<c10::Stream> stream_;
   std::chrono::milliseconds timeout_;
   std::vector<std::shared_ptr<tandem::Work>> parts_;
   std::function<void()> on_success_;
