@@ -10,6 +10,13 @@ T: mean time per call over I timed calls after --warmup, the slowest rank's (max
 algbw = bytes / T; busbw = algbw x 2(n-1)/n for all_reduce, (n-1)/n for all_gather, x1 for
 broadcast (nccl-tests' formulas). float32 tensors; all_gather (all_gather_into_tensor, one output
 tensor) counts its output's bytes.
+
+With --direct (backend tandem), each all_reduce size is also timed through the backend's own
+blocking call (Communicator::allreduce on the tensor's memory, no torch.distributed around it),
+in alternating blocks with the torch call in the same process, so that both see the same
+machine state; rank 0 prints
+    direct: bytes=N torch_us=T direct_us=D
+(the means over every block of each).
 """
 import argparse
 import time
@@ -23,6 +30,26 @@ def parse_size(text):
     return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
 
 
+def direct_vs_torch(t, call, iters, size_b, rank, blocks=6):
+    """Alternating blocks of `call` (torch) and of the backend's own allreduce on `t`."""
+    backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+    direct = lambda: backend._all_reduce_direct(t)  # noqa: E731
+    per = max(3, iters // blocks)
+    spent = {"torch": 0.0, "direct": 0.0}
+    for _ in range(blocks):
+        for name, fn in (("torch", call), ("direct", direct)):
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(per):
+                fn()
+            spent[name] += time.perf_counter() - t0
+    mean = torch.tensor([spent["torch"], spent["direct"]], dtype=torch.float64) / (per * blocks)
+    dist.all_reduce(mean, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        print(f"direct: bytes={size_b} torch_us={mean[0].item() * 1e6:.2f} "
+              f"direct_us={mean[1].item() * 1e6:.2f}", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--backend", default="tandem")
@@ -33,6 +60,8 @@ def main():
     p.add_argument("--time-budget", type=float, default=0.5,
                    help="seconds of timed calls per size (the iteration count follows)")
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--direct", action="store_true",
+                   help="also time all_reduce through tandem's own call, alternating with torch's")
     args = p.parse_args()
     torch.set_num_threads(1)
     if args.backend == "tandem":
@@ -82,6 +111,8 @@ def main():
                 print(f"row: backend={args.backend} collective={coll} bytes={size_b} "
                       f"iters={iters} time_us={us:.2f} algbw={algbw:.3f} "
                       f"busbw={algbw * factor[coll]:.3f}", flush=True)
+            if args.direct and coll == "all_reduce":
+                direct_vs_torch(t, call, iters, size_b, rank)
     dist.destroy_process_group()
 
 

@@ -110,6 +110,7 @@ def main():
                       f"| {cell(q, 1, '%.3f')} | {ratio} |")
                 dat.write(f"{b}\t{t[1] if t else 'NaN'}\t{g[1] if g else 'NaN'}\t"
                           f"{q[1] if q else 'NaN'}\n")
+    direct_table(d)
     # DDP: one run per backend and round (interleaved), or one unnumbered run; the medians.
     runs = {}
     for b in ("gloo", "tandem"):
@@ -150,7 +151,35 @@ def main():
     return 0
 
 
-def stack_results(path):
+def direct_rows(path):
+    """{bytes: (torch_us, direct_us)} of the direct: lines of a collectives.py --direct log."""
+    out = {}
+    if os.path.exists(path):
+        for line in open(path, errors="replace"):
+            m = re.search(r"direct: (.*)$", line)
+            if m:
+                kv = dict(p.split("=", 1) for p in m.group(1).split())
+                out[int(kv["bytes"])] = (float(kv["torch_us"]), float(kv["direct_us"]))
+    return out
+
+
+def direct_table(d):
+    """all_reduce through torch.distributed against tandem's own call, in one process and the
+    same rounds (collectives.py --direct): what the binding costs, whatever the machine's mode."""
+    paths = sorted(glob.glob(os.path.join(d, "tandem-collectives.r*.log")))
+    per_round = [direct_rows(p) for p in paths]
+    sizes = sorted({b for r in per_round for b in r})
+    if not sizes:
+        return
+    print("\n#### all_reduce through torch.distributed against tandem's own call, same process\n")
+    print("| size | torch µs | tandem's call µs | torch / own call time | per round |")
+    print("|---:|---:|---:|---:|---|")
+    for b in sizes:
+        pairs = [r[b] for r in per_round if b in r]
+        t = statistics.median(p[0] for p in pairs)
+        o = statistics.median(p[1] for p in pairs)
+        each = ", ".join(f"{p[0] / p[1]:.2f}" for p in pairs)
+        print(f"| {human(b)} | {t:.1f} | {o:.1f} | {t / o:.2f} | {each} |")
     """{component: fields} of every result line of a stack.py log."""
     found = {}
     if os.path.exists(path):

@@ -48,8 +48,10 @@ run=("$BUILD_DIR/bin/tandemrun" --nproc-per-node "$NP")
 for round in $(seq 1 "$ROUNDS"); do
   for backend in gloo tandem; do
     echo "run.sh: round $round: collectives with backend $backend"
+    direct=()
+    [ "$backend" = tandem ] && direct=(--direct)  # torch against tandem's own call, same process
     timeout -k 10 "$RUN_TIMEOUT" "${run[@]}" "$here/collectives.py" --backend "$backend" \
-      --min "$MIN" --max "$MAX" --factor "$FACTOR" --time-budget "$BUDGET" \
+      --min "$MIN" --max "$MAX" --factor "$FACTOR" --time-budget "$BUDGET" "${direct[@]}" \
       >"$OUT/$backend-collectives.r$round.log" 2>&1
   done
   for c in allreduce broadcast allgather; do

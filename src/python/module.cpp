@@ -48,6 +48,18 @@ PYBIND11_MODULE(_backend, m) {
           "_abort", [](BackendTandem& b) { b.abort(); }, py::call_guard<py::gil_scoped_release>(),
           "Fails this rank's calls in flight with Aborted and closes the communicator")
       .def(
+          "_all_reduce_direct",
+          [](BackendTandem& pg, const at::Tensor& t) {
+            TANDEM_CHECK_ARG(t.device().is_cpu() && t.is_contiguous(),
+                             "_all_reduce_direct takes a contiguous CPU tensor");
+            const auto v = tandem::python::view_of(t, true, "all_reduce");
+            pg.group().comm()->allreduce(v, v, tandem::ReduceOp::sum);
+          },
+          py::call_guard<py::gil_scoped_release>(),
+          "tandem's own blocking in-place sum on the tensor's memory, without torch.distributed "
+          "around it: what bench/torch_backend/collectives.py --direct compares with, in one "
+          "process")
+      .def(
           "_transport_to",
           [](BackendTandem& pg, int peer) {
             return std::string(pg.group().comm()->transport_to(peer));
