@@ -172,14 +172,19 @@ def direct_table(d):
     if not sizes:
         return
     print("\n#### all_reduce through torch.distributed against tandem's own call, same process\n")
-    print("| size | torch µs | tandem's call µs | torch / own call time | per round |")
+    print("| size | torch µs | tandem's call µs | torch / own call time (median of the rounds) "
+          "| per round |")
     print("|---:|---:|---:|---:|---|")
     for b in sizes:
         pairs = [r[b] for r in per_round if b in r]
         t = statistics.median(p[0] for p in pairs)
         o = statistics.median(p[1] for p in pairs)
-        each = ", ".join(f"{p[0] / p[1]:.2f}" for p in pairs)
-        print(f"| {human(b)} | {t:.1f} | {o:.1f} | {t / o:.2f} | {each} |")
+        ratios = [p[0] / p[1] for p in pairs]
+        each = ", ".join(f"{x:.2f}" for x in ratios)
+        print(f"| {human(b)} | {t:.1f} | {o:.1f} | {statistics.median(ratios):.2f} | {each} |")
+
+
+def stack_results(path):
     """{component: fields} of every result line of a stack.py log."""
     found = {}
     if os.path.exists(path):
