@@ -23,7 +23,7 @@ class BackendTandem final : public c10d::Backend {
 
   const std::string getBackendName() const override { return "tandem"; }
   /// batch_isend_irecv and _coalescing_manager bracket their calls with start/endCoalescing.
-  bool supportsCoalescing() const override { return true; }
+  bool supportsCoalescing() const TANDEM_OVERRIDE_SINCE_2_7 { return true; }
   void startCoalescing() override { group_.start_coalescing(); }
   WorkPtr endCoalescing() override { return group_.end_coalescing(); }
 
@@ -72,13 +72,11 @@ class BackendTandem final : public c10d::Backend {
   /// with Aborted at once and tells the peers, whose calls fail with Aborted naming it.
   void abort() TANDEM_OVERRIDE_SINCE_2_7;
 
-#if TANDEM_HAVE_BACKEND_SET_TIMEOUT
+#if TANDEM_HAVE_BACKEND_SPLIT
   /// ProcessGroup.set_timeout: the timeout of the calls made from now on.
   void setTimeout(std::chrono::milliseconds timeout) override {
     group_.set_timeout(timeout);
   }
-#endif
-#if TANDEM_HAVE_BACKEND_SPLIT
   bool supportsSplitting() const override {
     return true;
   }

@@ -87,11 +87,15 @@ Device tandem_device(const at::Tensor& t) noexcept {
 
 CallOptions on_stream(const at::Tensor& t) {
   CallOptions o;
+#if TANDEM_HAVE_STREAM_HANDLE
   if (t.is_cuda()) {
     // Through torch's device-neutral interface: this file builds against CPU torch too.
     const c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
     o.stream = cuda.getStream(t.device()).native_handle();
   }
+#else
+  (void)t;  // no device-neutral stream handle before torch 2.11: the legacy default stream
+#endif
   return o;
 }
 

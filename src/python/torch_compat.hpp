@@ -4,17 +4,18 @@
 // once against c10d::Backend and c10d::Work as all of these releases have them.
 //
 //   TANDEM_TORCH_AT_LEAST(M, m)    true when building against torch M.m or later
-//   TANDEM_OVERRIDE_SINCE_2_7      `override` where c10d::Backend declares abort() and
-//                                  shutdown() (torch 2.7); empty before, where they are
-//                                  methods of backend "tandem" alone, called from Python
+//   TANDEM_OVERRIDE_SINCE_2_7      `override` where c10d::Backend declares abort(), shutdown()
+//                                  and supportsCoalescing() (torch 2.7); empty before, where
+//                                  they are methods of backend "tandem" alone
 //   TANDEM_HAVE_FUTURE_RESULT      1 where c10d::Work declares getFutureResult() (torch 2.6)
-//   TANDEM_HAVE_BACKEND_SET_TIMEOUT  1 where c10d::Backend declares setTimeout() (torch 2.7)
-//   TANDEM_HAVE_BACKEND_SPLIT        1 where c10d::Backend declares split(), merge() and
-//                                  getBackendOptions() (ProcessGroup.split_group and
-//                                  merge_remote_group; torch 2.10)
-//   TANDEM_HAVE_BACKEND_SHRINK       1 where c10d::Backend declares shrink() (torch 2.11)
-//   Each is keyed on the first release known to declare it; a release between that declares
-//   it earlier gets torch's own refusal of the call instead of tandem's.
+//   TANDEM_HAVE_BACKEND_SPLIT      1 where c10d::Backend declares split(), merge(),
+//                                  getBackendOptions() and setTimeout() (torch 2.9)
+//   TANDEM_HAVE_BACKEND_SHRINK     1 where c10d::Backend declares shrink() (torch 2.10)
+//   TANDEM_HAVE_STREAM_HANDLE      1 where c10::Stream has native_handle() (torch 2.11): a
+//                                  call on CUDA tensors then carries the current stream;
+//                                  before, it runs behind the legacy default stream
+//   The releases are those whose headers first declare each (checked against the wheels of
+//   2.4.1, 2.5.1, 2.6.0, 2.7.1, 2.8.0, 2.9.1, 2.10.0, 2.11.0 and 2.13.0).
 //   tandem::python::PreMulSupplement  PREMUL_SUM's factor (NCCLPreMulSumSupplement, the
 //                                  name every release has; later ones alias it)
 
@@ -40,9 +41,9 @@
 #define TANDEM_HAVE_FUTURE_RESULT 0
 #endif
 
-#define TANDEM_HAVE_BACKEND_SET_TIMEOUT TANDEM_TORCH_AT_LEAST(2, 7)
-#define TANDEM_HAVE_BACKEND_SPLIT TANDEM_TORCH_AT_LEAST(2, 10)
-#define TANDEM_HAVE_BACKEND_SHRINK TANDEM_TORCH_AT_LEAST(2, 11)
+#define TANDEM_HAVE_BACKEND_SPLIT TANDEM_TORCH_AT_LEAST(2, 9)
+#define TANDEM_HAVE_BACKEND_SHRINK TANDEM_TORCH_AT_LEAST(2, 10)
+#define TANDEM_HAVE_STREAM_HANDLE TANDEM_TORCH_AT_LEAST(2, 11)
 
 namespace tandem::python {
 using PreMulSupplement = c10d::NCCLPreMulSumSupplement;
