@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 
 #include <cstddef>
-#include <cstring>
 #include <numeric>
 #include <optional>
 
@@ -419,8 +418,11 @@ WorkPtr Group::alltoallv(const at::Tensor& out, const at::Tensor& in,
                                     static_cast<int>(to), kAlltoallTag, on_stream(in)));
   }
   if (send_counts[me] > 0) {
-    std::memcpy(vout.slice(recv_at[me] * unit, 0).data, vin.slice(send_at[me] * unit, 0).data,
-                vin.slice(0, send_counts[me] * unit).bytes());
+    // This rank's own block, copied by torch: on the current stream for CUDA tensors.
+    const auto n = static_cast<std::int64_t>(send_counts[me]);
+    out.reshape(-1)
+        .narrow(0, static_cast<std::int64_t>(recv_at[me]), n)
+        .copy_(in.reshape(-1).narrow(0, static_cast<std::int64_t>(send_at[me]), n));
   }
   keep.push_back(in);
   keep.push_back(out);
