@@ -15,20 +15,25 @@ import re
 import statistics
 import sys
 
-ROW = re.compile(r"row: (.*)$")
 PERF_NAMES = {"all_reduce": "allreduce", "broadcast": "broadcast", "all_gather": "allgather"}
 
 
-def rows(path):
-    out = {}
+def records(path, tag):
+    """The key=value fields of every "<tag>: k=v ..." line of the log at `path`, in order."""
     if not os.path.exists(path):
-        return out
+        return []
+    pattern = re.compile(tag + r": (.*)$")
+    found = []
     for line in open(path, errors="replace"):
-        m = ROW.search(line)
+        m = pattern.search(line)
         if m:
-            kv = dict(p.split("=", 1) for p in m.group(1).split())
-            out[(kv["collective"], int(kv["bytes"]))] = (float(kv["time_us"]), float(kv["busbw"]))
-    return out
+            found.append(dict(p.split("=", 1) for p in m.group(1).split() if "=" in p))
+    return found
+
+
+def rows(path):
+    return {(kv["collective"], int(kv["bytes"])): (float(kv["time_us"]), float(kv["busbw"]))
+            for kv in records(path, "row")}
 
 
 def perf(path, in_place):
@@ -61,14 +66,8 @@ def median_of(paths, read):
 
 
 def result(path):
-    if not os.path.exists(path):
-        return None
-    found = None
-    for line in open(path, errors="replace"):
-        m = re.search(r"result: (.*)$", line)
-        if m:
-            found = dict(p.split("=", 1) for p in m.group(1).split() if "=" in p)
-    return found
+    found = records(path, "result")
+    return found[-1] if found else None
 
 
 def human(n):
@@ -153,14 +152,8 @@ def main():
 
 def direct_rows(path):
     """{bytes: (torch_us, direct_us)} of the direct: lines of a collectives.py --direct log."""
-    out = {}
-    if os.path.exists(path):
-        for line in open(path, errors="replace"):
-            m = re.search(r"direct: (.*)$", line)
-            if m:
-                kv = dict(p.split("=", 1) for p in m.group(1).split())
-                out[int(kv["bytes"])] = (float(kv["torch_us"]), float(kv["direct_us"]))
-    return out
+    return {int(kv["bytes"]): (float(kv["torch_us"]), float(kv["direct_us"]))
+            for kv in records(path, "direct")}
 
 
 def direct_table(d):
@@ -186,14 +179,7 @@ def direct_table(d):
 
 def stack_results(path):
     """{component: fields} of every result line of a stack.py log."""
-    found = {}
-    if os.path.exists(path):
-        for line in open(path, errors="replace"):
-            m = re.search(r"result: (.*)$", line)
-            if m:
-                f = dict(p.split("=", 1) for p in m.group(1).split() if "=" in p)
-                found[f["component"]] = f
-    return found
+    return {f["component"]: f for f in records(path, "result")}
 
 
 def stack_table(d):

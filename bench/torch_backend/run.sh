@@ -71,23 +71,23 @@ if [ "$EPOCHS" != 0 ] || [ "$MAX_STEPS" != 0 ]; then
     done
   done
 fi
-# FSDP2 on a small transformer LM (bench/torch_backend/fsdp2.py), interleaved rounds too.
-for round in $(seq 1 "$FSDP_ROUNDS"); do
-  for backend in gloo tandem; do
-    echo "run.sh: round $round: FSDP2 with backend $backend"
-    timeout -k 10 "$RUN_TIMEOUT" "${run[@]}" "$here/fsdp2.py" --backend "$backend" \
-      >"$OUT/$backend-fsdp2.r$round.log" 2>&1 || true
+# interleaved NAME ROUNDS WHAT: NAME.py of this folder with each backend, ROUNDS times
+# interleaved, into <backend>-NAME.r<k>.log (a failed run leaves its log for compare.py).
+interleaved() {
+  local name=$1 rounds=$2 what=$3 round backend
+  for round in $(seq 1 "$rounds"); do
+    for backend in gloo tandem; do
+      echo "run.sh: round $round: $what with backend $backend"
+      timeout -k 10 "$RUN_TIMEOUT" "${run[@]}" "$here/$name.py" --backend "$backend" \
+        >"$OUT/$backend-$name.r$round.log" 2>&1 || true
+    done
   done
-done
-# The training stack component by component (stack.py): TP, DTensor, functional collectives,
-# batch_isend_irecv, object collectives, distributed checkpoint; interleaved rounds too.
-for round in $(seq 1 "$STACK_ROUNDS"); do
-  for backend in gloo tandem; do
-    echo "run.sh: round $round: training stack components with backend $backend"
-    timeout -k 10 "$RUN_TIMEOUT" "${run[@]}" "$here/stack.py" --backend "$backend" \
-      >"$OUT/$backend-stack.r$round.log" 2>&1 || true
-  done
-done
+}
+# FSDP2 on a small transformer LM (fsdp2.py), and the training stack component by component
+# (stack.py: TP, DTensor, functional collectives, batch_isend_irecv, object collectives,
+# distributed checkpoint).
+interleaved fsdp2 "$FSDP_ROUNDS" FSDP2
+interleaved stack "$STACK_ROUNDS" "training stack components"
 "$PYTHON" "$here/compare.py" "$OUT" | tee "$OUT/tables.md"
 gnuplot -e "dir='$OUT'; out='$OUT/busbw.png'; colls='all_reduce broadcast all_gather'; last=4; \
 title='torch.distributed busbw: backend tandem vs gloo, $NP ranks, float32'" "$repo/bench/plot.gp"

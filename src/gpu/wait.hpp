@@ -27,7 +27,19 @@ struct WaitHooks {
   /// is aborted").
   std::chrono::milliseconds timeout{0};
   std::string_view on_timeout;
+  /// How often check_peers is asked (the mesh's control connections, a poll() of a few
+  /// sockets, by the thread that waits: every millisecond).
+  std::chrono::milliseconds peer_check_every{1};
 };
+
+/// One look, without waiting: true once `finished()` is; otherwise throws what the hooks
+/// throw, Aborted after abort(), or Timeout at `deadline`, and returns false. Asks
+/// check_peers when `next_check` has passed (and moves it on).
+bool poll_once(const std::function<bool()>& finished, Deadline deadline, std::string_view what,
+               const WaitHooks& hooks, Clock::time_point& next_check);
+
+/// Whether the work before `event` (recorded earlier) finished; throws its CUDA error.
+bool event_done(cudaEvent_t event, std::string_view what);
 
 /// Returns once `finished()` is true; throws what the hooks throw, Aborted after abort(), or
 /// Timeout at `deadline`. `what` names the call in messages.

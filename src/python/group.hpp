@@ -79,7 +79,6 @@ class Group {
   std::chrono::milliseconds timeout() const noexcept {
     return timeout_.load(std::memory_order_relaxed);
   }
-  int rank() const noexcept { return rank_; }
   /// Collectives issued so far (torch's sequence number of the group).
   std::uint64_t sequence_number() const noexcept { return seq_.load(std::memory_order_relaxed); }
   /// Closes the communicator (graceful: the peers are told); later calls fail.

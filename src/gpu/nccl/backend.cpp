@@ -167,38 +167,12 @@ void NcclBackend::leave_in_flight(cudaStream_t caller, Deadline deadline, std::s
   watch_cv_.notify_one();
 }
 
-bool NcclBackend::poll_in_flight(cudaEvent_t event, Deadline deadline, std::string_view what,
-                                 Clock::time_point& next_peer_check) {
-  const cudaError_t e = cudaEventQuery(event);
-  if (e != cudaErrorNotReady) {
-    check_cuda(e, fmt::format("{} on the device", what));
-    return true;
-  }
-  if (abort_requested_.load(std::memory_order_acquire))
-    TANDEM_THROW(ErrorCode::Aborted,
-                 "{} was stopped: the communicator was aborted (another operation failed or a "
-                 "peer reported a failure)",
-                 what);
-  ncclResult_t state = ncclSuccess;
-  check(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
-  if (state != ncclSuccess && state != ncclInProgress)
-    throw nccl_error(state, what, ncclGetLastError(comm_));
-  const auto now = Clock::now();
-  if (now >= deadline)
-    TANDEM_THROW(ErrorCode::Timeout,
-                 "{} did not complete within its deadline (timeout {} ms): a peer never joined "
-                 "it or is stuck; the NCCL communicator is aborted. Raise TANDEM_TIMEOUT if the "
-                 "work legitimately takes longer",
-                 what, setup_.timeout.count());
-  if (setup_.check_peers_async && now >= next_peer_check) {
-    next_peer_check = now + kWatchPeerCheck;
-    setup_.check_peers_async();  // PeerLost naming a rank that died
-  }
-  return false;
-}
-
 void NcclBackend::watch() {
   (void)cudaSetDevice(setup_.device.index);
+  // Off the mesh's thread: only the store's watch of the peers, every kWatchPeerCheck.
+  std::string what;          // the call watched now
+  std::string_view watched;  // what the hooks' messages name: `what`
+  const WaitHooks hooks = wait_hooks(setup_.check_peers_async, kWatchPeerCheck, watched);
   Clock::time_point next_peer_check{};
   std::unique_lock lock(watch_mutex_);
   for (;;) {
@@ -206,12 +180,14 @@ void NcclBackend::watch() {
     if (in_flight_.empty()) return;  // stopping, and nothing left to watch
     const cudaEvent_t end = in_flight_.front().end->get();
     const Deadline deadline = in_flight_.front().deadline;
-    const std::string what = in_flight_.front().what;
+    what = in_flight_.front().what;
+    watched = what;
     lock.unlock();
     bool finished = false;
     std::optional<Error> failure;
     try {
-      finished = poll_in_flight(end, deadline, what, next_peer_check);
+      finished =
+          poll_once([&] { return event_done(end, what); }, deadline, what, hooks, next_peer_check);
     } catch (const Error& e) {
       failure = e;
     } catch (const std::exception& e) {
@@ -320,12 +296,14 @@ void NcclBackend::settle(Deadline deadline, std::string_view what) {
       deadline, what);
 }
 
-void NcclBackend::wait_until(const std::function<bool()>& finished, Deadline deadline,
-                             std::string_view what) {
+WaitHooks NcclBackend::wait_hooks(std::function<void()> check_peers,
+                                  std::chrono::milliseconds peer_check_every,
+                                  const std::string_view& what) const {
   WaitHooks hooks;
   hooks.aborted = &abort_requested_;
-  hooks.check_peers = setup_.check_peers;
-  hooks.after_poll = [&] {
+  hooks.check_peers = std::move(check_peers);
+  hooks.peer_check_every = peer_check_every;
+  hooks.after_poll = [this, &what] {
     ncclResult_t state = ncclSuccess;
     check(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
     if (state != ncclSuccess && state != ncclInProgress)
@@ -333,7 +311,12 @@ void NcclBackend::wait_until(const std::function<bool()>& finished, Deadline dea
   };
   hooks.timeout = setup_.timeout;
   hooks.on_timeout = "the NCCL communicator is aborted";
-  poll_until(finished, deadline, what, hooks);
+  return hooks;
+}
+
+void NcclBackend::wait_until(const std::function<bool()>& finished, Deadline deadline,
+                             std::string_view what) {
+  poll_until(finished, deadline, what, wait_hooks(setup_.check_peers, 1ms, what));
 }
 
 std::unique_ptr<comm::DeviceBackend> make_nccl_backend(const comm::DeviceSetup& setup) {

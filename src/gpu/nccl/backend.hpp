@@ -11,6 +11,7 @@
 
 #include "comm/device/backend.hpp"
 #include "gpu/cuda.hpp"
+#include "gpu/wait.hpp"
 
 #include <atomic>
 #include <condition_variable>
@@ -44,6 +45,12 @@ class NcclBackend final : public comm::DeviceBackend {
   /// communicator reports, what check_peers throws, or Timeout at `deadline`. `what` names
   /// the call in messages.
   void wait_until(const std::function<bool()>& finished, Deadline deadline, std::string_view what);
+  /// How a wait of this backend polls: abort(), NCCL's asynchronous error (named after
+  /// `what`, which must outlive the hooks), the deadline, and `check_peers` every
+  /// `peer_check_every`.
+  WaitHooks wait_hooks(std::function<void()> check_peers,
+                       std::chrono::milliseconds peer_check_every,
+                       const std::string_view& what) const;
   /// Waits until the communicator has no NCCL call in progress (nonblocking mode).
   void settle(Deadline deadline, std::string_view what);
   /// Throws nccl_error(r, what) unless `r` is ncclSuccess or ncclInProgress.
@@ -56,10 +63,6 @@ class NcclBackend final : public comm::DeviceBackend {
   void leave_in_flight(cudaStream_t caller, Deadline deadline, std::string what);
   /// The watchdog thread: polls the oldest call in flight until none is left and stopping_.
   void watch();
-  /// Throws what a call in flight failed with, if it did: Aborted, the NCCL error, PeerLost
-  /// from check_peers_async, Timeout at `deadline`. True when its event completed.
-  bool poll_in_flight(cudaEvent_t event, Deadline deadline, std::string_view what,
-                      Clock::time_point& next_peer_check);
   /// Stops the watchdog once the calls in flight finished or failed.
   void stop_watchdog() noexcept;
 
