@@ -39,6 +39,30 @@
 
 namespace tandem::ddp {
 
+/// Where a Reducer's buckets live and how gradient bytes move in and out of them. Without one
+/// (ReducerOptions::memory empty) buckets are host memory from the communicator's registered
+/// pool and bytes move with memcpy. A framework whose gradients live on a device supplies one
+/// (tandem_torch does for CUDA parameters): buckets are then allocated by it on device(), every
+/// copy is ordered on the framework's current stream of the calling thread, and each bucket's
+/// collective starts behind the stream its gradients were copied on (GradBucket::stream), so
+/// that the host never waits for the device during backward.
+class BucketMemory {
+ public:
+  virtual ~BucketMemory() = default;
+  /// The device of every gradient and bucket.
+  virtual Device device() const noexcept = 0;
+  /// `bytes` zeroed bytes on device(), valid while the returned handle lives.
+  virtual std::shared_ptr<void> allocate(std::size_t bytes) = 0;
+  /// Copies `bytes` from `src` to `dst` (both on device()), ordered on the current stream.
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
+  /// Zeroes `bytes` at `dst`, ordered on the current stream.
+  virtual void zero(void* dst, std::size_t bytes) = 0;
+  /// Copies `bytes` at `src` to host memory and waits for them (diagnostics only).
+  virtual void read(void* host, const void* src, std::size_t bytes) = 0;
+  /// The framework's current stream on the calling thread, as CallOptions::stream takes it.
+  virtual void* stream() = 0;
+};
+
 /// Options of a Reducer, with PyTorch DistributedDataParallel's defaults.
 struct ReducerOptions {
   /// Cap of the first bucket in bytes (PyTorch: dist._DEFAULT_FIRST_BUCKET_BYTES). A small
@@ -59,6 +83,8 @@ struct ReducerOptions {
   /// At construction, check that every rank registered the same parameters (one small
   /// allgather); a difference throws Error(Mismatch) naming the ranks.
   bool verify_parameters = true;
+  /// Bucket memory on a device (see BucketMemory); empty: host buckets, host gradients.
+  std::shared_ptr<BucketMemory> memory;
 };
 
 /// One bucket as a communication hook sees it (the spans are valid during the hook's call).
@@ -75,6 +101,9 @@ struct GradBucket {
   Communicator* comm = nullptr;
   /// True for the last bucket of the backward pass.
   bool is_last = false;
+  /// Device buckets: the stream the gradients were copied in on; a hook passes it as
+  /// CallOptions::stream. Null for host buckets.
+  void* stream = nullptr;
 };
 
 /// How a bucket is reduced (PyTorch's DDP communication hooks). start() is called when the

@@ -60,10 +60,13 @@ struct DdpOptions {
 /// Data-parallel training of one module replica per rank. Construction is collective: every
 /// rank must construct it over the same architecture (checked) at the same point.
 ///
-/// Parameters must be dense, contiguous CPU tensors of f32, f64, f16 or bf16 (Error
-/// InvalidArgument otherwise). The Reducer's parameter i is the i-th parameter of
-/// module->parameters() that requires grad. When the reduction fails (a peer lost, a timeout,
-/// parameters that got no gradient without find_unused_parameters), backward() throws that
+/// Parameters must be dense, contiguous tensors of f32, f64, f16 or bf16, all on the CPU or all
+/// on one CUDA device (Error InvalidArgument otherwise). A CUDA module keeps its buckets on its
+/// device (bucket_memory()): gradients are copied in and averaged on torch's current streams,
+/// and the host waits for the GPU only where the caller does (e.g. loss.item()); the
+/// compression hooks are host-only and refused there. The Reducer's parameter i is the i-th
+/// parameter of module->parameters() that requires grad. When the reduction fails (a peer lost, a
+/// timeout, parameters that got no gradient without find_unused_parameters), backward() throws that
 /// tandem::Error, code and message unchanged; after a backward that threw midway, the next
 /// pre_forward() resets the Reducer (a failed communicator must still be rebuilt on every rank).
 /// Parameters whose data was replaced after construction (e.g. by Module::load, which gives
@@ -120,6 +123,13 @@ class DistributedDataParallel {
 
 /// Broadcasts every parameter and buffer of `module` from `root` (collective).
 void broadcast_module(Communicator& comm, ::torch::nn::Module& module, int root = 0);
+
+/// The bucket memory DistributedDataParallel gives its Reducer for parameters on `device`:
+/// torch tensors on that device, copies on torch's current stream, bucket collectives started
+/// behind it. DistributedDataParallel uses it for CUDA modules by itself; pass it in
+/// ReducerOptions::memory to keep a CPU module's buckets in torch memory too, or to drive a
+/// ddp::Reducer of your own over CUDA gradients.
+std::shared_ptr<ddp::BucketMemory> bucket_memory(c10::Device device);
 
 // ---- mixed precision ----------------------------------------------------------------------
 

@@ -80,7 +80,8 @@ void Reducer::Impl::build_buckets(const std::vector<std::vector<std::size_t>>& a
       bucket_of[i] = b;
       slot_of[i] = j;
     }
-    k.buffer = AlignedBuffer(k.count * dtype_size(k.dtype), *comm);
+    k.device = options.memory ? options.memory->device() : Device::cpu();
+    k.buffer = allocate(k.count * dtype_size(k.dtype));
     k.pending = k.params.size();
     buckets.push_back(std::move(k));
   }
@@ -136,7 +137,14 @@ void Reducer::Impl::verify_pass() const {
   for (const Bucket& b : buckets) {
     layout = fnv(layout, &b.dtype, sizeof b.dtype);
     layout = fnv(layout, b.params.data(), b.params.size() * sizeof(std::size_t));
-    grads_sum = fnv(grads_sum, b.buffer.data(), b.count * dtype_size(b.dtype));
+    const std::size_t bytes = b.count * dtype_size(b.dtype);
+    if (options.memory) {
+      std::vector<std::byte> host(bytes);
+      options.memory->read(host.data(), b.buffer.data(), bytes);
+      grads_sum = fnv(grads_sum, host.data(), bytes);
+    } else {
+      grads_sum = fnv(grads_sum, b.buffer.data(), bytes);
+    }
   }
   std::array<std::int64_t, 3> mine{static_cast<std::int64_t>(sync_passes),
                                    static_cast<std::int64_t>(layout),
@@ -204,7 +212,7 @@ void Reducer::Impl::rebuild() {
     if (grads[i].data != old_slot.data) continue;
     // The gradient lives in its slot (bucket view): move it with its content.
     const BufferView new_slot = slot(i);
-    if (new_slot.count > 0) std::memcpy(new_slot.data, old_slot.data, new_slot.bytes());
+    if (new_slot.count > 0) copy(new_slot.data, old_slot.data, new_slot.bytes());
     grads[i] = new_slot;
   }
   for (Bucket& b : old) retired.push_back(std::move(b.buffer));

@@ -17,7 +17,9 @@ class AllreduceHook final : public CommHook {
  public:
   std::string_view name() const noexcept override { return "allreduce"; }
   std::shared_ptr<Work> start(const GradBucket& bucket) override {
-    return bucket.comm->allreduce_async(bucket.buffer, bucket.buffer, ReduceOp::avg);
+    CallOptions o;
+    o.stream = bucket.stream;
+    return bucket.comm->allreduce_async(bucket.buffer, bucket.buffer, ReduceOp::avg, o);
   }
 };
 
@@ -32,6 +34,11 @@ class CompressHook final : public CommHook {
   }
 
   std::shared_ptr<Work> start(const GradBucket& bucket) override {
+    TANDEM_CHECK_ARG(bucket.buffer.device.is_cpu(),
+                     "DDP comm hook {}: bucket {} is on {}; the compression hooks convert on the "
+                     "host. On a GPU use the allreduce hook (keep bf16 parameters to halve the "
+                     "bytes)",
+                     name(), bucket.index, bucket.buffer.device.str());
     if (!compressible(bucket.buffer.dtype))
       return bucket.comm->allreduce_async(bucket.buffer, bucket.buffer, ReduceOp::avg);
     const BufferView wire = scratch(bucket.index, bucket.buffer.count);

@@ -20,10 +20,10 @@ void check_gradient(const BufferView& registered, const BufferView& g, std::size
                    "{}: a parameter's dtype and size cannot change",
                    index, to_string(g.dtype), g.count, to_string(registered.dtype),
                    registered.count);
-  TANDEM_CHECK_ARG(g.device.is_cpu(),
-                   "Reducer: gradient of parameter {} is on {}; the Reducer takes host "
-                   "(cpu) gradients only",
-                   index, g.device.str());
+  TANDEM_CHECK_ARG(g.device == registered.device,
+                   "Reducer: gradient of parameter {} is on {} but it was registered on {}: a "
+                   "gradient cannot change device (the buckets stay where they were made)",
+                   index, g.device.str(), registered.device.str());
   TANDEM_CHECK_ARG(g.data != nullptr || g.count == 0,
                    "Reducer: gradient of parameter {} has null data but {} elements", index,
                    g.count);
@@ -47,12 +47,14 @@ Reducer::Reducer(std::shared_ptr<Communicator> comm, std::vector<BufferView> gra
   Impl& s = *impl_;
   s.comm = std::move(comm);
   s.options = options;
+  const Device device = s.options.memory ? s.options.memory->device() : Device::cpu();
   for (std::size_t i = 0; i < gradients.size(); ++i) {
     const BufferView& g = gradients[i];
-    TANDEM_CHECK_ARG(g.device.is_cpu(),
-                     "Reducer: gradient of parameter {} is on {}; the Reducer takes host (cpu) "
-                     "gradients only",
-                     i, g.device.str());
+    TANDEM_CHECK_ARG(g.device == device,
+                     "Reducer: gradient of parameter {} is on {} but the buckets are on {}; {}", i,
+                     g.device.str(), device.str(),
+                     s.options.memory ? "every gradient must be on the BucketMemory's device"
+                                      : "give ReducerOptions::memory for device gradients");
     s.grads.push_back(g);
   }
   s.hook = allreduce_hook();
@@ -68,7 +70,7 @@ Reducer::Reducer(std::shared_ptr<Communicator> comm, std::vector<BufferView> gra
     for (std::size_t i = 0; i < s.grads.size(); ++i) {
       const BufferView slot = s.slot(i);
       if (s.grads[i].data != nullptr && s.grads[i].count > 0)
-        std::memcpy(slot.data, s.grads[i].data, slot.bytes());
+        s.copy(slot.data, s.grads[i].data, slot.bytes());
       s.grads[i] = slot;
     }
   }
@@ -164,6 +166,35 @@ BufferView Reducer::Impl::slot(std::size_t index) const noexcept {
   return b.view().slice(b.offsets[slot_of[index]], grads[index].count);
 }
 
+BucketStorage Reducer::Impl::allocate(std::size_t bytes) const {
+  BucketStorage out;
+  if (options.memory) {
+    out.device = options.memory->allocate(bytes);
+    TANDEM_CHECK(out.device != nullptr || bytes == 0,
+                 "BucketMemory on {} returned no memory for a bucket of {} bytes",
+                 options.memory->device().str(), bytes);
+  } else {
+    out.host = AlignedBuffer(bytes, *comm);
+  }
+  return out;
+}
+
+void Reducer::Impl::copy(void* dst, const void* src, std::size_t bytes) const {
+  if (options.memory) {
+    options.memory->copy(dst, src, bytes);
+  } else {
+    std::memcpy(dst, src, bytes);
+  }
+}
+
+void Reducer::Impl::zero(void* dst, std::size_t bytes) const {
+  if (options.memory) {
+    options.memory->zero(dst, bytes);
+  } else {
+    std::memset(dst, 0, bytes);
+  }
+}
+
 void Reducer::Impl::start_pass() {
   if (started) return;
   started = true;
@@ -189,7 +220,13 @@ void Reducer::Impl::reset_pass() noexcept {
 
 GradBucket Reducer::Impl::grad_bucket(std::size_t b) const noexcept {
   const Bucket& k = buckets[b];
-  return {b, k.view(), k.params, k.offsets, comm.get(), b + 1 == buckets.size()};
+  return {b,
+          k.view(),
+          k.params,
+          k.offsets,
+          comm.get(),
+          b + 1 == buckets.size(),
+          options.memory ? options.memory->stream() : nullptr};
 }
 
 void Reducer::Impl::launch_ready_buckets() noexcept {
@@ -227,7 +264,7 @@ void Reducer::Impl::mark_ready(std::size_t index) {
   order.push_back(index);
   const BufferView g = grads[index];
   const BufferView dst = slot(index);
-  if (g.data != dst.data && g.count > 0) std::memcpy(dst.data, g.data, dst.bytes());
+  if (g.data != dst.data && g.count > 0) copy(dst.data, g.data, dst.bytes());
   const bool had_error = launch_error != nullptr;
   complete(index);
   if (!had_error && launch_error) std::rethrow_exception(launch_error);
@@ -240,9 +277,9 @@ void Reducer::Impl::mark_unused(std::size_t index) {
   const BufferView dst = slot(index);
   if (accumulated[index] && g.data != nullptr) {
     // Gradients accumulated under no_sync still count although this pass added nothing.
-    if (g.data != dst.data && g.count > 0) std::memcpy(dst.data, g.data, dst.bytes());
+    if (g.data != dst.data && g.count > 0) copy(dst.data, g.data, dst.bytes());
   } else if (dst.count > 0) {
-    std::memset(dst.data, 0, dst.bytes());
+    zero(dst.data, dst.bytes());
   }
   complete(index);
 }
@@ -260,12 +297,11 @@ bool Reducer::Impl::quiesce(Deadline deadline) noexcept {
   return all_done;
 }
 
-void Reducer::Impl::write_back() noexcept {
+void Reducer::Impl::write_back() {
   for (std::size_t i = 0; i < grads.size(); ++i) {
     const BufferView g = grads[i];
     const BufferView src = slot(i);
-    if (g.data != nullptr && g.data != src.data && g.count > 0)
-      std::memcpy(g.data, src.data, src.bytes());
+    if (g.data != nullptr && g.data != src.data && g.count > 0) copy(g.data, src.data, src.bytes());
   }
 }
 

@@ -17,12 +17,21 @@
 
 namespace tandem::ddp {
 
+/// A bucket's memory: host memory from the registered pool, or an allocation of
+/// ReducerOptions::memory on its device.
+struct BucketStorage {
+  AlignedBuffer host;
+  std::shared_ptr<void> device;
+  void* data() const noexcept { return device ? device.get() : host.data(); }
+};
+
 struct Bucket {
   DataType dtype = DataType::f32;
+  Device device = Device::cpu();
   std::vector<std::size_t> params;
   std::vector<std::size_t> offsets;  // element offset of each parameter's slot
   std::size_t count = 0;
-  AlignedBuffer buffer;
+  BucketStorage buffer;
   // ---- this pass ----
   std::size_t pending = 0;  // parameters not marked yet
   bool launched = false;
@@ -31,7 +40,7 @@ struct Bucket {
   Clock::time_point ready_at{};
   Clock::time_point launched_at{};
 
-  BufferView view() const noexcept { return {buffer.data(), count, dtype, Device::cpu()}; }
+  BufferView view() const noexcept { return {buffer.data(), count, dtype, device}; }
 };
 
 /// Per-parameter mark of the current pass.
@@ -47,7 +56,7 @@ struct Reducer::Impl {
   std::unique_ptr<CommHook> hook;
   /// Bucket memory of before the rebuild, kept until the next pass starts so that gradients
   /// the framework has not re-pointed yet stay readable for the optimizer step.
-  std::vector<AlignedBuffer> retired;
+  std::vector<BucketStorage> retired;
   std::uint64_t generation = 0;
   bool rebuilt = false;
 
@@ -81,6 +90,11 @@ struct Reducer::Impl {
   std::size_t named_lanes = 0;
 
   // reducer.cpp
+  /// Zeroed bucket memory of `bytes` on the gradients' device.
+  BucketStorage allocate(std::size_t bytes) const;
+  /// memcpy / memset on the host, options.memory's ordered copies on a device.
+  void copy(void* dst, const void* src, std::size_t bytes) const;
+  void zero(void* dst, std::size_t bytes) const;
   void start_pass();
   void reset_pass() noexcept;
   BufferView slot(std::size_t index) const noexcept;
@@ -93,7 +107,7 @@ struct Reducer::Impl {
   /// Waits for every started bucket until `deadline`, ignoring failures; true when none is
   /// left running.
   bool quiesce(Deadline deadline) noexcept;
-  void write_back() noexcept;
+  void write_back();
   /// Records the pass on the timeline: the backward span, finalize_backward inside it, and
   /// each started bucket on its own track, from ready through launched to done.
   void trace_pass(Clock::time_point finalize_start, const std::exception_ptr& failure) noexcept;

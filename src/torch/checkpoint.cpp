@@ -462,11 +462,15 @@ std::optional<TrainingState> Checkpointer::load_latest(::torch::nn::Module& modu
         continue;
       }
       try {
+        // Onto the module's device, wherever the checkpoint was written: a run saved on a GPU
+        // resumes on the CPU and the other way round.
+        const auto params = module.parameters();
+        const auto device = params.empty() ? c10::Device(c10::kCPU) : params.front().device();
         ::torch::serialize::InputArchive model;
-        model.load_from(c.model.data(), c.model.size());
+        model.load_from(c.model.data(), c.model.size(), device);
         load_in_place(module, model);
         ::torch::serialize::InputArchive optim;
-        optim.load_from(c.optimizer.data(), c.optimizer.size());
+        optim.load_from(c.optimizer.data(), c.optimizer.size(), device);
         optimizer.load(optim);
       } catch (const std::exception& e) {
         std::string why = e.what();

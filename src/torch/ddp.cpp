@@ -48,18 +48,60 @@ std::vector<NamedTensor> module_tensors(::torch::nn::Module& module, bool parame
   return out;
 }
 
-// Broadcasts tensors from root, one collective per dtype over a flat copy: a model has many
-// small tensors, and each collective costs a round trip.
+// Bucket memory as torch tensors of bytes on one device; copies run on torch's current stream
+// of the calling thread (autograd's stream for the gradient in a hook, the caller's stream at
+// the end of backward).
+class TorchBucketMemory final : public ddp::BucketMemory {
+ public:
+  explicit TorchBucketMemory(c10::Device device)
+      : device_(device), tandem_device_(detail::to_device(device)) {}
+
+  Device device() const noexcept override { return tandem_device_; }
+
+  std::shared_ptr<void> allocate(std::size_t bytes) override {
+    auto t = ::torch::zeros({static_cast<std::int64_t>(std::max<std::size_t>(bytes, 1))},
+                            ::torch::TensorOptions().dtype(::torch::kUInt8).device(device_));
+    void* data = t.data_ptr();
+    return {data, [t = std::move(t)](void*) mutable { t.reset(); }};
+  }
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    ::torch::NoGradGuard no_grad;
+    bytes_at(dst, bytes).copy_(bytes_at(const_cast<void*>(src), bytes));
+  }
+  void zero(void* dst, std::size_t bytes) override {
+    ::torch::NoGradGuard no_grad;
+    bytes_at(dst, bytes).zero_();
+  }
+  void read(void* host, const void* src, std::size_t bytes) override {
+    ::torch::NoGradGuard no_grad;
+    ::torch::from_blob(host, {static_cast<std::int64_t>(bytes)}, ::torch::kUInt8)
+        .copy_(bytes_at(const_cast<void*>(src), bytes));
+  }
+  void* stream() override { return detail::current_stream(device_); }
+
+ private:
+  ::torch::Tensor bytes_at(void* p, std::size_t bytes) const {
+    return ::torch::from_blob(p, {static_cast<std::int64_t>(bytes)},
+                              ::torch::TensorOptions().dtype(::torch::kUInt8).device(device_));
+  }
+  c10::Device device_;
+  Device tandem_device_;
+};
+
+// Broadcasts tensors from root, one collective per device and dtype over a flat copy: a model
+// has many small tensors, and each collective costs a round trip.
 void broadcast_tensors(Communicator& comm, const std::vector<NamedTensor>& tensors, int root) {
   if (comm.size() == 1 || tensors.empty()) return;
   ::torch::NoGradGuard no_grad;
-  std::map<c10::ScalarType, std::vector<const NamedTensor*>> by_dtype;
-  for (const auto& t : tensors) by_dtype[t.tensor.scalar_type()].push_back(&t);
-  for (auto& [dtype, group] : by_dtype) {
+  std::map<std::pair<std::string, c10::ScalarType>, std::vector<const NamedTensor*>> groups;
+  for (const auto& t : tensors)
+    groups[{t.tensor.device().str(), t.tensor.scalar_type()}].push_back(&t);
+  for (auto& [key, group] : groups) {
     std::int64_t total = 0;
     for (const auto* t : group) total += t->tensor.numel();
     if (total == 0) continue;
-    auto flat = ::torch::empty({total}, ::torch::TensorOptions().dtype(dtype));
+    const c10::Device device = group.front()->tensor.device();
+    auto flat = ::torch::empty({total}, ::torch::TensorOptions().dtype(key.second).device(device));
     std::int64_t offset = 0;
     if (comm.rank() == root) {
       for (const auto* t : group) {
@@ -68,7 +110,9 @@ void broadcast_tensors(Communicator& comm, const std::vector<NamedTensor>& tenso
         offset += n;
       }
     }
-    comm.broadcast(detail::view_of(flat), root);
+    CallOptions o;
+    o.stream = detail::current_stream(device);
+    comm.broadcast(detail::view_of(flat), root, o);
     if (comm.rank() == root) continue;
     offset = 0;
     for (const auto* t : group) {
@@ -132,6 +176,10 @@ std::unique_ptr<ddp::CommHook> make_hook(const std::string& name) {
 }
 
 }  // namespace
+
+std::shared_ptr<ddp::BucketMemory> bucket_memory(c10::Device device) {
+  return std::make_shared<TorchBucketMemory>(device);
+}
 
 void broadcast_module(Communicator& comm, ::torch::nn::Module& module, int root) {
   TANDEM_CHECK_ARG(root >= 0 && root < comm.size(), "broadcast_module: root {} is not a rank of {}",
@@ -233,8 +281,9 @@ void DistributedDataParallel::Impl::point_grads_at_buckets() {
     const BufferView slot = reducer->bucket_view(i);
     auto& g = params[i].mutable_grad();
     if (slot.count == 0 || (g.defined() && g.data_ptr() == slot.data)) continue;
-    auto view = ::torch::from_blob(slot.data, params[i].sizes(),
-                                   ::torch::TensorOptions().dtype(params[i].scalar_type()));
+    auto view = ::torch::from_blob(
+        slot.data, params[i].sizes(),
+        ::torch::TensorOptions().dtype(params[i].scalar_type()).device(params[i].device()));
     if (g.defined()) {
       view.copy_(g);
     } else {
@@ -321,6 +370,23 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<::torch::nn::Mo
   const auto buffers = module_tensors(*s.module, false, true);
   for (const auto& p : params) detail::check_tensor(p.tensor, "parameter", p.name, true);
   for (const auto& b : buffers) detail::check_tensor(b.tensor, "buffer", b.name, false);
+  const NamedTensor* first = !params.empty()    ? &params[0]
+                             : !buffers.empty() ? &buffers[0]
+                                                : nullptr;
+  const c10::Device device = first ? first->tensor.device() : c10::Device(c10::kCPU);
+  for (const auto* list : {&params, &buffers})
+    for (const auto& t : *list)
+      TANDEM_CHECK_ARG(t.tensor.device() == device,
+                       "DistributedDataParallel: '{}' is on {} but '{}' on {}; move the whole "
+                       "module to one device (module->to(device)) before wrapping it",
+                       t.name, t.tensor.device().str(), first->name, device.str());
+  if (!device.is_cpu()) {
+    TANDEM_CHECK_ARG(s.options.comm_hook == "allreduce",
+                     "DistributedDataParallel: comm_hook '{}' compresses on the host; the module "
+                     "is on {}: use the allreduce hook (bf16 parameters halve the bytes instead)",
+                     s.options.comm_hook, device.str());
+    if (!s.options.reducer.memory) s.options.reducer.memory = bucket_memory(device);
+  }
   verify_same_module(*s.comm, params, buffers);
   broadcast_module(*s.comm, *s.module, 0);
 
@@ -333,8 +399,9 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<::torch::nn::Mo
     if (g.defined() && g.is_contiguous() && g.numel() > 0) {
       grads.push_back(detail::view_of(g));
     } else {
-      grads.push_back(BufferView::raw(nullptr, static_cast<std::size_t>(p.tensor.numel()),
-                                      *detail::to_dtype(p.tensor.scalar_type())));
+      grads.push_back({nullptr, static_cast<std::size_t>(p.tensor.numel()),
+                       *detail::to_dtype(p.tensor.scalar_type()),
+                       detail::to_device(p.tensor.device())});
     }
   }
   s.reducer = std::make_unique<ddp::Reducer>(s.comm, std::move(grads), s.options.reducer);

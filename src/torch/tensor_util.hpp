@@ -1,11 +1,13 @@
 #pragma once
-// Tensors as tandem buffers: dtype mapping and views of contiguous host tensors.
+// Tensors as tandem buffers: dtype and device mapping, views of contiguous tensors, the
+// current stream.
 
 #include <tandem/error.hpp>
 #include <tandem/types.hpp>
 
 #include <torch/torch.h>
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -68,14 +70,30 @@ inline std::string describe(const ::torch::Tensor& t) {
                      t.device().str());
 }
 
-/// Throws Error(InvalidArgument) unless `t` is a contiguous CPU tensor of a dtype tandem moves
+/// tandem's name of a CPU or CUDA device; InvalidArgument for any other device type.
+inline Device to_device(const c10::Device& d) {
+  if (d.is_cpu()) return Device::cpu();
+  TANDEM_CHECK_ARG(d.is_cuda(), "tensors on {} cannot be synchronised; use cpu or cuda tensors",
+                   d.str());
+  return Device::cuda(d.has_index() ? d.index() : 0);
+}
+
+/// The current stream of `d` on the calling thread, as CallOptions::stream takes it (null for
+/// the CPU).
+inline void* current_stream(const c10::Device& d) {
+  if (!d.is_cuda()) return nullptr;
+  return c10::impl::getDeviceGuardImpl(d.type())->getStream(d).native_handle();
+}
+
+/// Throws Error(InvalidArgument) unless `t` is a contiguous CPU or CUDA tensor of a dtype tandem
+/// moves
 /// (`floating_only`: f32, f64, f16 or bf16, the dtypes gradients are averaged in).
 inline void check_tensor(const ::torch::Tensor& t, std::string_view what, std::string_view name,
                          bool floating_only) {
   TANDEM_CHECK_ARG(t.defined(), "{} '{}' is undefined", what, name);
-  TANDEM_CHECK_ARG(t.device().is_cpu(),
-                   "{} '{}' is {}: tandem_torch takes CPU tensors only for now (GPU tensors are "
-                   "not supported yet); move the module to the CPU",
+  TANDEM_CHECK_ARG(t.device().is_cpu() || t.device().is_cuda(),
+                   "{} '{}' is {}: tandem_torch synchronises CPU and CUDA tensors; move the "
+                   "module to one of them",
                    what, name, describe(t));
   TANDEM_CHECK_ARG(t.layout() == c10::kStrided,
                    "{} '{}' is sparse or has another non-strided layout; only dense tensors "
@@ -94,12 +112,12 @@ inline void check_tensor(const ::torch::Tensor& t, std::string_view what, std::s
                                  : "a floating-point, integer or bool dtype");
 }
 
-/// A view of a contiguous CPU tensor's elements (no checks beyond the dtype).
+/// A view of a contiguous tensor's elements on its device (no checks beyond the dtype).
 inline BufferView view_of(const ::torch::Tensor& t) {
   const auto dt = to_dtype(t.scalar_type());
   TANDEM_CHECK(dt.has_value(), "no tandem dtype for {}", describe(t));
-  return BufferView::raw(t.numel() > 0 ? t.data_ptr() : nullptr,
-                         static_cast<std::size_t>(t.numel()), *dt);
+  return {t.numel() > 0 ? t.data_ptr() : nullptr, static_cast<std::size_t>(t.numel()), *dt,
+          to_device(t.device())};
 }
 
 }  // namespace tandem::torch::detail

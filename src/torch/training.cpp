@@ -42,15 +42,19 @@ void GradScaler::unscale(::torch::optim::Optimizer& optimizer) {
                    "once per step, before step() and update()");
   ::torch::NoGradGuard no_grad;
   const double inv = 1.0 / state_.scale;
-  bool local_inf = false;
+  // One flag per gradient on its device, read once: a read per gradient would stall a GPU
+  // step once per parameter.
+  std::vector<::torch::Tensor> finite;
   for (auto& group : optimizer.param_groups()) {
     for (auto& p : group.params()) {
       auto& g = p.mutable_grad();
       if (!g.defined()) continue;
       g.mul_(inv);
-      if (!local_inf && !::torch::isfinite(g).all().item<bool>()) local_inf = true;
+      auto ok = ::torch::isfinite(g).all();
+      finite.push_back(finite.empty() ? ok : ok.to(finite.front().device()));
     }
   }
+  const bool local_inf = !finite.empty() && !::torch::stack(finite).all().item<bool>();
   // Every rank must skip the same steps, or the replicas drift apart.
   float flag = local_inf ? 1.0f : 0.0f;
   comm_->allreduce(BufferView::raw(&flag, 1, DataType::f32), ReduceOp::max);

@@ -84,7 +84,8 @@ TEST(ReducerLocal, ArgumentChecks) {
   expect_message(error_of([&] { r.set_gradient(0, gpu); }), ErrorCode::InvalidArgument, "cuda:0");
   std::vector<BufferView> on_gpu = m.views();
   on_gpu[1].device = Device::cuda(0);
-  EXPECT_THROW(ddp::Reducer(solo(), on_gpu), Error);
+  expect_message(error_of([&] { ddp::Reducer(solo(), on_gpu); }), ErrorCode::InvalidArgument,
+                 "give ReducerOptions::memory for device gradients");
 
   r.mark_variable_ready(0);
   expect_message(error_of([&] { r.prepare_for_backward(); }), ErrorCode::InvalidArgument,

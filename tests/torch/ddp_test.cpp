@@ -1,6 +1,7 @@
 // DistributedDataParallel across forked ranks: W ranks x batch b train exactly like one
-// process x batch W*b (plain, gradients as bucket views, several buckets, compressed), no_sync
-// accumulation, unused parameters, what construction broadcasts and checks.
+// process x batch W*b (plain, gradients as bucket views, several buckets, compressed, buckets in
+// torch memory, on a GPU where there is one), no_sync accumulation, unused parameters, what
+// construction broadcasts and checks.
 
 #include "torch/torch_test_util.hpp"
 
@@ -17,6 +18,10 @@ namespace F = ::torch::nn::functional;
 
 // ---- W ranks x b == 1 process x W*b ---------------------------------------------------------
 
+// Where the module and its buckets live: host buckets from the communicator's pool, buckets
+// in torch memory (torch::bucket_memory) on the CPU, or a module on a GPU.
+enum class Where { pool, torch_memory, cuda };
+
 struct EquivCase {
   const char* name;
   Net net;
@@ -25,6 +30,7 @@ struct EquivCase {
   const char* hook;
   double rtol;
   double atol;
+  Where where = Where::pool;
 };
 
 void PrintTo(const EquivCase& c, std::ostream* os) {
@@ -39,15 +45,29 @@ class DdpEquivalence : public ::testing::TestWithParam<EquivCase> {};
 
 TEST_P(DdpEquivalence, MatchesOneProcessWithTheConcatenatedBatch) {
   const EquivCase c = GetParam();
+  if (c.where == Where::cuda && !gpu_driver_present())
+    GTEST_SKIP() << "no GPU on this host (no /dev/nvidiactl)";
   testing::expect_all_ok(testing::run_ranks(
       2,
       [&](const testing::RankContext& ctx) {
         auto comm = start_rank(ctx);
+        ::torch::Device device = ::torch::kCPU;
+        if (c.where == Where::cuda) {
+          ASSERT_TRUE(::torch::cuda::is_available()) << "a GPU but no CUDA build of LibTorch";
+          // Ranks beyond the GPUs share them (CUDA IPC); TF32 off to compare with the CPU.
+          device = ::torch::Device(::torch::kCUDA,
+                                   static_cast<c10::DeviceIndex>(
+                                       ctx.rank % static_cast<int>(::torch::cuda::device_count())));
+          at::globalContext().setAllowTF32CuDNN(false);
+          at::globalContext().setAllowTF32CuBLAS(false);
+        }
         const std::int64_t world = ctx.size, b = 8, steps = 5;
         const Data data = make_data(c.net, steps * world * b);
         auto net = make_net(c.net, 100 + static_cast<std::uint64_t>(ctx.rank));
         const auto initial = snapshot(*net);
+        net->to(device);
         DdpOptions o;
+        if (c.where == Where::torch_memory) o.reducer.memory = torch::bucket_memory(::torch::kCPU);
         o.reducer.gradient_as_bucket_view = c.as_view;
         if (c.small_buckets) {
           o.reducer.first_bucket_bytes = 256;
@@ -59,8 +79,8 @@ TEST_P(DdpEquivalence, MatchesOneProcessWithTheConcatenatedBatch) {
         for (std::int64_t k = 0; k < steps; ++k) {
           opt.zero_grad();
           const Data d = data.slice((k * world + ctx.rank) * b, b);
-          auto out = ddp.forward([&] { return net->forward(d.x); });
-          F::cross_entropy(out, d.y).backward();
+          auto out = ddp.forward([&] { return net->forward(d.x.to(device)); });
+          F::cross_entropy(out, d.y.to(device)).backward();
           opt.step();
         }
         EXPECT_TRUE(same_on_every_rank(*comm, hash_tensors(snapshot(*net))))
@@ -104,15 +124,21 @@ TEST_P(DdpEquivalence, MatchesOneProcessWithTheConcatenatedBatch) {
 
 INSTANTIATE_TEST_SUITE_P(
     Torch, DdpEquivalence,
-    ::testing::Values(EquivCase{"mlp", Net::mlp, false, false, "allreduce", 1e-5, 1e-6},
-                      EquivCase{"conv", Net::conv, false, false, "allreduce", 1e-5, 1e-6},
-                      EquivCase{"mlp_view", Net::mlp, true, false, "allreduce", 1e-5, 1e-6},
-                      EquivCase{"conv_view", Net::conv, true, false, "allreduce", 1e-5, 1e-6},
-                      EquivCase{"mlp_buckets", Net::mlp, false, true, "allreduce", 1e-5, 1e-6},
-                      EquivCase{"conv_buckets_view", Net::conv, true, true, "allreduce", 1e-5,
-                                1e-6},
-                      EquivCase{"mlp_fp16", Net::mlp, false, true, "fp16_compress", 1e-2, 1e-3},
-                      EquivCase{"conv_bf16", Net::conv, false, false, "bf16_compress", 5e-2, 5e-3}),
+    ::testing::Values(
+        EquivCase{"mlp", Net::mlp, false, false, "allreduce", 1e-5, 1e-6},
+        EquivCase{"conv", Net::conv, false, false, "allreduce", 1e-5, 1e-6},
+        EquivCase{"mlp_view", Net::mlp, true, false, "allreduce", 1e-5, 1e-6},
+        EquivCase{"conv_view", Net::conv, true, false, "allreduce", 1e-5, 1e-6},
+        EquivCase{"mlp_buckets", Net::mlp, false, true, "allreduce", 1e-5, 1e-6},
+        EquivCase{"conv_buckets_view", Net::conv, true, true, "allreduce", 1e-5, 1e-6},
+        EquivCase{"mlp_fp16", Net::mlp, false, true, "fp16_compress", 1e-2, 1e-3},
+        EquivCase{"conv_bf16", Net::conv, false, false, "bf16_compress", 5e-2, 5e-3},
+        EquivCase{"mlp_torch_memory", Net::mlp, false, false, "allreduce", 1e-5, 1e-6,
+                  Where::torch_memory},
+        EquivCase{"conv_buckets_view_torch_memory", Net::conv, true, true, "allreduce", 1e-5, 1e-6,
+                  Where::torch_memory},
+        EquivCase{"conv_cuda", Net::conv, false, true, "allreduce", 1e-4, 1e-5, Where::cuda},
+        EquivCase{"mlp_view_cuda", Net::mlp, true, false, "allreduce", 1e-4, 1e-5, Where::cuda}),
     case_name);
 
 // ---- no_sync ----------------------------------------------------------------------------------

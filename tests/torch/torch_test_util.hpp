@@ -89,11 +89,18 @@ inline ::torch::optim::SGD make_sgd(::torch::nn::Module& m, double lr = 0.05) {
   return ::torch::optim::SGD(m.parameters(), ::torch::optim::SGDOptions(lr).momentum(0.9));
 }
 
-/// Copies of every parameter.
+/// Copies of every parameter, on the CPU.
 inline std::vector<::torch::Tensor> snapshot(::torch::nn::Module& m) {
   std::vector<::torch::Tensor> out;
-  for (const auto& p : m.parameters()) out.push_back(p.detach().clone());
+  for (const auto& p : m.parameters())
+    out.push_back(p.detach().to(::torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
   return out;
+}
+
+/// Whether this host has an NVIDIA driver, asked without initialising CUDA (a test's parent
+/// must not: its forked ranks could not use CUDA afterwards).
+inline bool gpu_driver_present() {
+  return std::filesystem::exists("/dev/nvidiactl");
 }
 
 /// Largest |a - b| / (atol + rtol * |b|) over every element; <= 1 means close.
