@@ -220,6 +220,9 @@ const std::vector<Key>& keys() {
       uint_key(
           "training.seed", 0, [](auto& c) -> auto& { return c.training.seed; }),
       choice_key(
+          "training.device", "one of cpu, cuda", std::array{DeviceKind::cpu, DeviceKind::cuda},
+          [](auto& c) -> auto& { return c.training.device; }),
+      choice_key(
           "training.precision", "one of fp32, bf16", std::array{Precision::fp32, Precision::bf16},
           [](auto& c) -> auto& { return c.training.precision; }),
       bool_key(
@@ -464,6 +467,10 @@ std::string_view to_string(LrDecay v) noexcept {
 
 std::string_view to_string(Precision v) noexcept {
   return v == Precision::bf16 ? "bf16" : "fp32";
+}
+
+std::string_view to_string(DeviceKind v) noexcept {
+  return v == DeviceKind::cuda ? "cuda" : "cpu";
 }
 
 std::string_view to_string(ProgressMode v) noexcept {

@@ -17,11 +17,13 @@ namespace fashion_mnist {
 enum class LrScaling { linear, sqrt, none };
 enum class LrDecay { none, cosine };
 enum class Precision { fp32, bf16 };
+enum class DeviceKind { cpu, cuda };
 enum class ProgressMode { auto_detect, bar, lines, none };
 
 std::string_view to_string(LrScaling v) noexcept;
 std::string_view to_string(LrDecay v) noexcept;
 std::string_view to_string(Precision v) noexcept;
+std::string_view to_string(DeviceKind v) noexcept;
 std::string_view to_string(ProgressMode v) noexcept;
 
 struct DataConfig {
@@ -49,6 +51,8 @@ struct TrainingConfig {
   double momentum = 0.9;
   double weight_decay = 0.0;
   std::uint64_t seed = 42;
+  /// cpu, or cuda: rank r trains on GPU (local rank % GPUs), several ranks may share one.
+  DeviceKind device = DeviceKind::cpu;
   Precision precision = Precision::fp32;
   bool grad_scaler = false;
   std::uint64_t max_steps = 0;  // 0: no limit

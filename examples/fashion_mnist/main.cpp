@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> assignments;
   std::string data_dir;
   std::string metrics;
+  std::string device;
   bool print_config = false;
   app.add_option("-c,--config", config_file,
                  "YAML configuration (default: fashion_mnist.yaml next to the executable, "
@@ -60,6 +61,7 @@ int main(int argc, char** argv) {
       ->allow_extra_args(false)
       ->type_name("KEY=VALUE");
   app.add_option("--data", data_dir, "Fashion-MNIST directory (data.dir)")->type_name("DIR");
+  app.add_option("--device", device, "cpu or cuda (training.device)")->type_name("DEVICE");
   app.add_option("--metrics", metrics, "Metrics file, .csv or .json (log.metrics)")
       ->type_name("FILE");
   app.add_flag("--print-config", print_config,
@@ -72,6 +74,7 @@ int main(int argc, char** argv) {
     for (auto& a : assignments) overrides.push_back({a, "-o " + a});
     if (!data_dir.empty()) overrides.push_back({"data.dir=" + data_dir, "--data"});
     if (!metrics.empty()) overrides.push_back({"log.metrics=" + metrics, "--metrics"});
+    if (!device.empty()) overrides.push_back({"training.device=" + device, "--device"});
     if (config_file.empty()) config_file = default_config_path().string();
     config = config_file.empty() ? fashion_mnist::parse_config(fashion_mnist::kDefaultConfigYaml,
                                                                "<built-in config.yaml>", overrides)

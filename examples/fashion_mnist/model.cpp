@@ -22,13 +22,13 @@ torch::Tensor NetImpl::forward(torch::Tensor x) {
   return fc2->forward(x);
 }
 
-AutocastScope::AutocastScope(Precision precision) {
+AutocastScope::AutocastScope(Precision precision, torch::Device device) : type_(device.type()) {
   if (precision != Precision::bf16) return;
   active_ = true;
-  was_enabled_ = at::autocast::is_autocast_enabled(at::kCPU);
-  previous_dtype_ = at::autocast::get_autocast_dtype(at::kCPU);
-  at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
-  at::autocast::set_autocast_enabled(at::kCPU, true);
+  was_enabled_ = at::autocast::is_autocast_enabled(type_);
+  previous_dtype_ = at::autocast::get_autocast_dtype(type_);
+  at::autocast::set_autocast_dtype(type_, at::kBFloat16);
+  at::autocast::set_autocast_enabled(type_, true);
   at::autocast::increment_nesting();
 }
 
@@ -36,12 +36,12 @@ AutocastScope::~AutocastScope() {
   if (!active_) return;
   // Leaving the outermost scope drops the weights cast for it (they change every step).
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  at::autocast::set_autocast_enabled(at::kCPU, was_enabled_);
-  at::autocast::set_autocast_dtype(at::kCPU, previous_dtype_);
+  at::autocast::set_autocast_enabled(type_, was_enabled_);
+  at::autocast::set_autocast_dtype(type_, previous_dtype_);
 }
 
 Evaluation evaluate(Net& net, const tandem::data::ImageDataset& test, tandem::Communicator& comm,
-                    std::uint64_t batch_size, Precision precision) {
+                    std::uint64_t batch_size, Precision precision, torch::Device device) {
   torch::NoGradGuard no_grad;
   net->eval();
   const int world = comm.size();
@@ -64,11 +64,11 @@ Evaluation evaluate(Net& net, const tandem::data::ImageDataset& test, tandem::Co
     if (valid == 0) continue;
     torch::Tensor logits;
     {
-      AutocastScope autocast(precision);
-      logits = net->forward(batch->images.narrow(0, 0, valid));
+      AutocastScope autocast(precision, device);
+      logits = net->forward(batch->images.narrow(0, 0, valid).to(device));
     }
     logits = logits.to(torch::kFloat);
-    const auto labels = batch->labels.narrow(0, 0, valid);
+    const auto labels = batch->labels.narrow(0, 0, valid).to(device);
     sums[0] +=
         torch::nn::functional::cross_entropy(
             logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))

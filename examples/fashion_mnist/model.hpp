@@ -23,11 +23,11 @@ struct NetImpl : torch::nn::Module {
 };
 TORCH_MODULE(Net);
 
-/// Runs the forward passes of its scope under LibTorch's CPU autocast in bfloat16 (when
-/// `precision` is bf16; otherwise does nothing).
+/// Runs the forward passes of its scope under LibTorch's autocast for `device` (CPU or CUDA)
+/// in bfloat16 (when `precision` is bf16; otherwise does nothing).
 class AutocastScope {
  public:
-  explicit AutocastScope(Precision precision);
+  AutocastScope(Precision precision, torch::Device device);
   ~AutocastScope();
   AutocastScope(const AutocastScope&) = delete;
   AutocastScope& operator=(const AutocastScope&) = delete;
@@ -35,6 +35,7 @@ class AutocastScope {
  private:
   bool active_ = false;
   bool was_enabled_ = false;
+  at::DeviceType type_ = at::kCPU;
   at::ScalarType previous_dtype_ = at::kBFloat16;
 };
 
@@ -49,7 +50,7 @@ struct Evaluation {
 /// r, r + R, ...; the padding of the sampler is left out and the counts are summed across
 /// ranks, so every sample of the test set is counted exactly once (collective).
 Evaluation evaluate(Net& net, const tandem::data::ImageDataset& test, tandem::Communicator& comm,
-                    std::uint64_t batch_size, Precision precision);
+                    std::uint64_t batch_size, Precision precision, torch::Device device);
 
 /// Sum and sum of squares of every parameter (in double): equal digests mean equal weights,
 /// to print and compare runs.

@@ -35,6 +35,7 @@ std::string describe_setup(const Config& c, const Setup& s, const RunFacts& f) {
                      t.warmup_steps, to_string(t.lr_decay));
   out +=
       fmt::format("  optimizer   SGD, momentum {}, weight decay {}\n", t.momentum, t.weight_decay);
+  out += fmt::format("  device      {}\n", f.device);
   out += fmt::format("  precision   {}{}\n", to_string(t.precision),
                      t.grad_scaler ? ", dynamic loss scaling (GradScaler)" : "");
   out += fmt::format("  model       2 conv + 2 fc, {} parameters\n", f.parameters);

@@ -34,8 +34,9 @@ struct RunFacts {
   std::uint64_t steps_per_epoch = 0;
   std::uint64_t total_steps = 0;  // epochs * steps_per_epoch
   std::uint64_t parameters = 0;
-  std::string buckets;    // "2 buckets: 0.82 MiB, 0.08 MiB" or "off"
-  std::string transport;  // "shm", "tcp", "-" for one rank
+  std::string buckets;         // "2 buckets: 0.82 MiB, 0.08 MiB" or "off"
+  std::string transport;       // "shm", "tcp", "-" for one rank
+  std::string device = "cpu";  // rank 0's: "cpu" or "cuda:0"
 };
 
 /// The multi-line setup description (each line ends with '\n').

@@ -112,6 +112,23 @@ std::uint64_t breakdown_period(const Config& config, tandem::Communicator& comm)
   return static_cast<std::uint64_t>(every);
 }
 
+// The device this rank trains on: the CPU, or GPU LOCAL_RANK % (GPUs on this host) for cuda.
+torch::Device pick_device(const Config& config, int rank) {
+  if (config.training.device == DeviceKind::cpu) return torch::kCPU;
+  const auto gpus = torch::cuda::device_count();
+  if (!torch::cuda::is_available() || gpus == 0) {
+    TANDEM_THROW(ErrorCode::InvalidArgument,
+                 "training.device is cuda (set at {}) but LibTorch sees no GPU (a CPU build of "
+                 "torch, no GPU or no driver): run where a GPU and its driver are, with a CUDA "
+                 "build of torch, or use training.device=cpu",
+                 config.where("training.device"));
+  }
+  std::int64_t local = rank;  // LOCAL_RANK is set by tandemrun and torchrun
+  if (const char* v = std::getenv("LOCAL_RANK"); v != nullptr)
+    if (std::from_chars(v, v + std::strlen(v), local).ec != std::errc()) local = rank;
+  return {torch::kCUDA, static_cast<c10::DeviceIndex>(local % static_cast<std::int64_t>(gpus))};
+}
+
 void set_lr(torch::optim::Optimizer& opt, double lr) {
   for (auto& group : opt.param_groups()) {
     static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
@@ -147,7 +164,9 @@ void train(const Config& config, const Setup& setup,
   const auto kill_at =
       planned_kill(config, comm->rank(), setup.world_size, last_step, restart_count());
 
+  const torch::Device device = pick_device(config, comm->rank());
   Net net;
+  net->to(device);
   torch::optim::SGD optimizer(
       net->parameters(),
       torch::optim::SGDOptions(schedule.at(0)).momentum(t.momentum).weight_decay(t.weight_decay));
@@ -195,7 +214,8 @@ void train(const Config& config, const Setup& setup,
                  .buckets = "off",
                  .transport = setup.world_size > 1
                                   ? std::string(comm->transport_to(1 - std::min(comm->rank(), 1)))
-                                  : "-"};
+                                  : "-",
+                 .device = device.str()};
   for (const auto& p : net->parameters()) facts.parameters += static_cast<std::uint64_t>(p.numel());
   if (config.ddp.enabled) {
     tandem::torch::DdpOptions options;
@@ -286,21 +306,22 @@ void train(const Config& config, const Setup& setup,
         std::optional<tandem::ddp::NoSyncGuard> no_sync;
         if (ddp && micro + 1 < setup.accumulation_steps) no_sync.emplace(ddp->no_sync());
         if (ddp) ddp->pre_forward();
+        const auto images = batch->images.to(device, /*non_blocking=*/true);
+        const auto labels = batch->labels.to(device, /*non_blocking=*/true);
         torch::Tensor logits;
         {
-          AutocastScope autocast(t.precision);
-          logits = net->forward(batch->images);
+          AutocastScope autocast(t.precision, device);
+          logits = net->forward(images);
         }
         if (ddp) ddp->post_forward({logits});
         logits = logits.to(torch::kFloat);
-        const auto loss =
-            torch::nn::functional::cross_entropy(logits, batch->labels, micro_options);
+        const auto loss = torch::nn::functional::cross_entropy(logits, labels, micro_options);
         scaler.scale(loss / static_cast<double>(setup.accumulation_steps)).backward();
         const double n = static_cast<double>(batch->labels.size(0));
         const double l = loss.item<double>();
         step_loss += l / static_cast<double>(setup.accumulation_steps);
         sums[0] += l * n;
-        sums[1] += logits.detach().argmax(1).eq(batch->labels).sum().item<double>();
+        sums[1] += logits.detach().argmax(1).eq(labels).sum().item<double>();
         sums[2] += n;
       }
       scaler.step(optimizer);
@@ -352,7 +373,7 @@ void train(const Config& config, const Setup& setup,
     EpochSums global = sums;
     tandem::torch::all_sum(*comm, global);
     sums = {0, 0, 0};
-    last_eval = evaluate(net, test_set, *comm, t.eval_batch_size, t.precision);
+    last_eval = evaluate(net, test_set, *comm, t.eval_batch_size, t.precision, device);
     evaluated = true;
     const double ms = tandem::torch::all_average(*comm, timer.mean_ms());
     if (lead) {
@@ -390,7 +411,8 @@ void train(const Config& config, const Setup& setup,
 
   // The end: a checkpoint of the last step, the final evaluation, the result line.
   if (checkpointer && saved_at != step) save(epoch, sampler.state());
-  if (!evaluated) last_eval = evaluate(net, test_set, *comm, t.eval_batch_size, t.precision);
+  if (!evaluated)
+    last_eval = evaluate(net, test_set, *comm, t.eval_batch_size, t.precision, device);
   const double ms = tandem::torch::all_average(*comm, timer.mean_ms());
   const auto [param_sum, param_sq] = parameter_digest(*net);
   const auto breakdown = profiler.report(*comm);  // collective

@@ -156,6 +156,7 @@ TEST(ExampleConfig, BadChoicesListTheValidOnes) {
   EXPECT_HAS(parse_error("", {"ddp.comm_hook=powersgd"}),
              "one of allreduce, fp16_compress, bf16_compress");
   EXPECT_HAS(parse_error("", {"log.progress=fancy"}), "one of auto, bar, lines, none");
+  EXPECT_HAS(parse_error("", {"training.device=tpu"}), "one of cpu, cuda");
   EXPECT_HAS(parse_error("", {"log.metrics=m.txt"}), "neither a .csv nor a .json extension");
 }
 

@@ -174,6 +174,32 @@ TEST(ExampleEndToEnd, Bf16AutocastReachesTheAccuracyOfFp32) {
   EXPECT_NEAR(scaled.accuracy, fp32.accuracy, 2.0) << describe(scaled);
 }
 
+// training.device=cuda (--device cuda): on a GPU, 2 ranks reach the accuracy of the same run
+// on the CPU (they share the GPU when there is one); without one, every rank says so and what
+// to do, and exits.
+TEST(ExampleEndToEnd, CudaDeviceTrainsLikeTheCpuOrSaysThereIsNoGpu) {
+  const std::vector<std::string> args{"-o", "data.limit_train=4096", "-o", "data.limit_test=1024",
+                                      "-o", "training.batch_size=64"};
+  std::vector<std::string> cuda_args = args;
+  cuda_args.insert(cuda_args.end(), {"--device", "cuda"});
+  const ExampleRun cuda = run_example(2, small_args(cuda_args));
+  if (!std::filesystem::exists("/dev/nvidiactl")) {
+    EXPECT_EQ(cuda.process.exit_code, 1) << describe(cuda);
+    EXPECT_NE(cuda.process.err.find("training.device is cuda (set at --device) but LibTorch sees "
+                                    "no GPU"),
+              std::string::npos)
+        << describe(cuda);
+    EXPECT_NE(cuda.process.err.find("or use training.device=cpu"), std::string::npos);
+    return;
+  }
+  const ExampleRun cpu = run_example(2, small_args(args));
+  ASSERT_EQ(cpu.process.exit_code, 0) << describe(cpu);
+  ASSERT_EQ(cuda.process.exit_code, 0) << describe(cuda);
+  EXPECT_NE(cuda.process.out.find("device      cuda:0"), std::string::npos) << describe(cuda);
+  EXPECT_GT(cpu.accuracy, 60.0) << describe(cpu);
+  EXPECT_NEAR(cuda.accuracy, cpu.accuracy, 2.0) << describe(cuda);
+}
+
 // The run says where a step's time went and why it is not faster: a deliberately slow loader
 // (40 ms per batch, twice a step's compute here) and a deliberately slow rank (40 ms more per
 // step) are named, with what to try; a plain run is compute-bound.
