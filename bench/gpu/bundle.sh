@@ -27,7 +27,7 @@ ldd "$BUILD_DIR/bin/test_gpu" "$BUILD_DIR/bin/tandemrun" "$BUILD_DIR/lib/libtand
 if [ -d /usr/lib/x86_64-linux-gnu/ucx ]; then
   cp -L /usr/lib/x86_64-linux-gnu/ucx/libuct_*.so.0 "$OUT/ucx/"
 fi
-cp "$here/check.sh" "$OUT/check.sh"
+cp "$here/check.sh" "$here/steps.sh" "$OUT/"
 cat >"$OUT/run.sh" <<'RUN'
 #!/usr/bin/env bash
 # bench/gpu/check.sh with this bundle's binaries and libraries; logs in $OUT (default

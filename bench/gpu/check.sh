@@ -14,21 +14,9 @@ BIN=${BIN:-build/bin}
 OUT=${OUT:-/tmp/tandem-gpu}
 MAX=${MAX:-256M}
 mkdir -p "$OUT"
-failed=0
 summary="$OUT/summary.txt"
 : >"$summary"
-
-step() {  # step NAME LIMIT_S LOG COMMAND... (the command's output is appended to LOG)
-  local name=$1 limit=$2 log=$3
-  shift 3
-  local start=$SECONDS
-  timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
-  local rc=$?
-  local line="$name: rc=$rc in $((SECONDS - start)) s"
-  [ "$rc" -eq 124 ] && line="$line (stopped at its ${limit} s limit)"
-  echo "$line" | tee -a "$summary"
-  [ "$rc" -eq 0 ] || failed=$((failed + 1))
-}
+. "$(dirname "$0")/steps.sh"
 
 {
   date -u

@@ -11,7 +11,9 @@ ranks. The tokens come from a fixed seed, so every backend trains on the same da
 
 import argparse
 import datetime
+import os
 import statistics
+import sys
 import time
 
 import torch
@@ -22,35 +24,8 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 import tandem.torch  # noqa: F401
 
-
-class Block(nn.Module):
-    def __init__(self, d, heads):
-        super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
-        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
-
-    def forward(self, x, mask):
-        h = self.ln1(x)
-        x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
-        return x + self.mlp(self.ln2(x))
-
-
-class LM(nn.Module):
-    def __init__(self, vocab, d, layers, heads, seq):
-        super().__init__()
-        self.tok = nn.Embedding(vocab, d)
-        self.pos = nn.Parameter(torch.zeros(seq, d))
-        self.blocks = nn.ModuleList([Block(d, heads) for _ in range(layers)])
-        self.ln = nn.LayerNorm(d)
-        self.out = nn.Linear(d, vocab)
-        self.register_buffer("mask", torch.triu(torch.full((seq, seq), float("-inf")), 1))
-
-    def forward(self, tokens):
-        x = self.tok(tokens) + self.pos[: tokens.shape[1]]
-        for b in self.blocks:
-            x = b(x, self.mask)
-        return self.out(self.ln(x))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gpu"))
+from train_lm import build_model  # noqa: E402  (the same transformer LM)
 
 
 def main():
@@ -69,8 +44,7 @@ def main():
 
     dist.init_process_group(a.backend, timeout=datetime.timedelta(seconds=120))
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(0)
-    model = LM(a.vocab, a.dim, a.layers, a.heads, a.seq)
+    model = build_model(a)
     params = sum(t.numel() for t in model.parameters())
     mesh = init_device_mesh("cpu", (world,))
     mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
