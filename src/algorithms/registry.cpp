@@ -12,9 +12,8 @@ namespace tandem::algorithms {
 
 namespace {
 
-// Default crossovers between latency-bound and bandwidth-bound algorithms, checked with
-// `tandem-perf --tune` on 2 ranks over shared memory and TCP (README, "Tuning"); where the
-// measurements did not clearly disagree the textbook values stay, and a tuning file
+// Default crossovers between latency-bound and bandwidth-bound algorithms: the textbook
+// values except where `tandem-perf --tune` clearly disagreed (docs/tuning.md); a tuning file
 // (TANDEM_TUNING_FILE) refines them per machine. Each is a power of two: choices are cached
 // per size class (size_class()), which must not straddle a crossover. From the *DirectBytes
 // up, "direct" asks whether the buffers are registered (one small message) and runs one-copy
@@ -23,35 +22,24 @@ namespace {
 // ring (allreduce/direct.cpp).
 constexpr std::size_t kAllreduceSmallBytes = 16u << 10;  // below: recursive_doubling
 // On 2 ranks recursive doubling is one exchange of the whole vector, the ring two of halves:
-// `tandem-perf --tune` (3 runs, shm, 2026-11-26) had recursive doubling 1.45x faster at 16 and
-// 32 KiB in every run (2.6 against 3.8 us, 3.8 against 5.5), and within 2-7 % at 64-128 KiB;
-// over TCP it was level at 16 KiB and 27 % slower at 64 KiB (docs/tuning.md).
+// fewer steps win below 64 KiB (docs/tuning.md).
 constexpr std::size_t kAllreduceSmallBytesTwoRanks = 64u << 10;
 constexpr std::size_t kAllreduceDirectBytes = 1u << 20;  // from here: direct
 // From here: direct (one copy: from a registered source's mapping, else by cross-memory attach,
 // the root writing 1/n itself when in place; broadcast/direct.cpp). Chosen for broadcast in
-// place, as programs call it (`tandem-perf --tune` times broadcast in place). Measured on 2
-// ranks (2026-11-27), in place / out of place: 32 KiB with -n 2000, four runs, 1.84-1.98
-// against the tree's 2.15-2.50 us / 2.65-2.88 against 2.36-2.56 (the tree's root does not
-// wait for the receiver, so out of place its calls overlap); with -n 200 the tree's in-place
-// time is bimodal from run to run, 1.9 or 2.5-2.7 us, direct's 1.8-2.0 in five runs of six.
-// 16 KiB stays with the tree (0.95-1.08 against 1.6-2.0 in place). 64 KiB 2.6-3.0 against
-// 3.8-4.3 / 3.5-3.8 against 3.8-4.4. From 1 MiB (-n 30) against the ring: in place 1 MiB
-// 18-20 against 53-58 us, 16 MiB 0.79-0.87 against 1.24-1.29 ms; out of place 1 MiB 50-70
-// against 101-125 us, 64 MiB 13.4-14.9 against 14.2-14.9 ms.
+// place, as programs call it: from 32 KiB direct leads the tree there (docs/tuning.md).
 constexpr std::size_t kBroadcastDirectBytes = 32u << 10;
 constexpr std::size_t kReduceSmallBytes = 64u << 10;  // below: tree
 // Result size; from here: direct (one copy from each peer's input: mapped when registered,
-// else by cross-memory attach). Measured on 2 ranks: 16 KiB 1.85 against recursive doubling's
-// 2.52 us, 128 KiB 4.9 against the ring's 9.1, 1 MiB 43 against 78; at 8 KiB the ring's 1.6
-// against 1.7.
+// else by cross-memory attach), which leads the log-step algorithms and the ring from 16 KiB
+// (docs/benchmarks-large.md).
 constexpr std::size_t kAllgatherDirectBytes = 16u << 10;
 constexpr std::size_t kReduceScatterSmallBytes = 64u << 10;  // input size; below: recursive_halving
 constexpr std::size_t kReduceScatterDirectBytes = 1u << 20;  // input size; from here: direct
 constexpr std::size_t kGatherSmallBytes = 4u << 10;          // block size; below: binomial
 constexpr int kGatherBinomialMinWorld = 8;                   // fewer ranks: linear is as good
-// On 2 ranks reduce's ring (an exchange of halves, then a send to the root) lost to tree
-// (one send) at every size from 64 KiB to 16 MiB, by 1.3-4x, over shared memory and TCP.
+// On 2 ranks reduce's ring (an exchange of halves, then a send to the root) loses to the
+// tree (one send) at every size, over shared memory and TCP (docs/tuning.md).
 constexpr int kReduceTreeOnlyMaxWorld = 2;
 static_assert(std::has_single_bit(kAllreduceSmallBytes) &&
               std::has_single_bit(kAllreduceSmallBytesTwoRanks) &&

@@ -214,12 +214,13 @@ struct Queue {
   std::thread worker;
   /// Ownership biased to the thread that created the communicator (executor.cpp). A locked
   /// instruction waits for every store before it, and the last store of a small call is a
-  /// slot line the peer is polling: the claim and release of the mesh cost an 8 B broadcast
-  /// 6-12 ns of its ~95. While `biased_to` names a thread, kOwned stays set on its behalf,
-  /// and that thread claims the mesh by setting `bias_busy` and checking `bias_revoked` with
-  /// a compiler barrier only; any other use of the state word first revokes the bias for
-  /// good (unbias(): sets `bias_revoked`, an asymmetric fence, waits for `bias_busy` to
-  /// clear, gives kOwned up). Null where there are no asymmetric fences or one rank.
+  /// slot line the peer is polling: the claim and release of the mesh are a noticeable share
+  /// of a small call (docs/benchmarks-small.md). While `biased_to` names a thread, kOwned
+  /// stays set on its behalf, and that thread claims the mesh by setting `bias_busy` and
+  /// checking `bias_revoked` with a compiler barrier only; any other use of the state word
+  /// first revokes the bias for good (unbias(): sets `bias_revoked`, an asymmetric fence,
+  /// waits for `bias_busy` to clear, gives kOwned up). Null where there are no asymmetric
+  /// fences or one rank.
   std::atomic<const void*> biased_to{nullptr};
   std::atomic<bool> bias_busy{false};
   std::atomic<bool> bias_revoked{false};

@@ -1,7 +1,7 @@
 #pragma once
-// The monotonic clock as of the last timer tick (CLOCK_MONOTONIC_COARSE): 3-4 ns to read where
-// the precise clock costs 25 ns or more on a VM (tandem-microbench --benchmark_filter=Clock), at
-// the price of a few milliseconds of resolution. It is the clock Clock (std::chrono::
+// The monotonic clock as of the last timer tick (CLOCK_MONOTONIC_COARSE): several times cheaper
+// to read than the precise clock on a VM (docs/benchmarks-small.md), at the price of a few
+// milliseconds of resolution. It is the clock Clock (std::chrono::
 // steady_clock) reads, never ahead of it, so the two mix: a deadline counted from a coarse
 // reading is at most one tick early, which no timeout of seconds notices.
 

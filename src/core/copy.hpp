@@ -1,8 +1,8 @@
 #pragma once
 // Large copies. Above the last-level cache size a destination cannot stay cached for whoever
 // reads it next, and ordinary stores first read every destination line into the cache: a
-// third of the copy's memory traffic. Streaming (non-temporal) stores skip that read.
-// Measured here (2-vCPU EPYC VM, 128 MiB): glibc memcpy 18.8 GB/s, streaming 26.9 GB/s.
+// third of the copy's memory traffic. Streaming (non-temporal) stores skip that read
+// (docs/benchmarks-small.md).
 
 #include <cstddef>
 

@@ -36,8 +36,8 @@ inline void futex_wake_all(std::atomic<std::uint32_t>* word) noexcept {
 }
 
 /// Asymmetric fences (membarrier(2), Linux 4.16+). In a Dekker pair (publish, then look at
-/// the other side's flag) a full fence costs about 40 ns on the hot side (a fifth of an 8 B
-/// broadcast on the 2-vCPU VM). When both processes registered, the hot side may use a
+/// the other side's flag) a full fence on the hot side is a large share of a small message's
+/// cost (docs/benchmarks-small.md). When both processes registered, the hot side may use a
 /// compiler barrier only and the cold side (a rank about to sleep) calls heavy_fence(), which
 /// makes every thread of every registered process pass a full barrier. Registers this
 /// process on the first call; true when it is registered and heavy_fence() works.

@@ -1,9 +1,8 @@
 #pragma once
 // The first call of each code path otherwise pays minor page faults on libtandem's code (a
-// file-backed mapping the kernel fills on first execution): measured on the 2-vCPU VM, the
-// first 64 B allreduce after setup took 7.8-9.9 us against 0.45 steady, two of those faults
-// in the vector reduction kernel alone. Communicator setup maps all of the library's code at
-// once instead.
+// file-backed mapping the kernel fills on first execution), many times a steady call's cost
+// (docs/benchmarks-small.md). Communicator setup maps all of the library's code at once
+// instead.
 
 namespace tandem::core {
 

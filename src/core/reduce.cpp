@@ -469,20 +469,15 @@ void divide_int(void* dst, std::size_t n, int divisor) noexcept {
   }
 }
 
-// Measured (tandem-microbench --benchmark_filter=ReduceTiny): two f32 take 5 ns here against
-// 14 ns through the vector kernels; at 8 elements and more (or 32 bytes) the vector kernels
-// win, for 8-bit types already at 16 elements.
+// Below 8 elements and 32 bytes the scalar loop beats the vector kernels' dispatch
+// (docs/benchmarks-small.md).
 constexpr std::size_t kScalarCount = 8;
 constexpr std::size_t kScalarBytes = 32;
 
 // Outputs at least this large are written with streaming stores: by default the size of the
 // last-level cache, beyond which the output cannot stay cached for whoever reads it next, and
-// at most kStreamCapBytes. A large last-level cache is shared by many cores (or by other
-// guests: this VM's sysconf reports 480 MiB for its 2 vCPUs), of which a rank gets a share:
-// with the threshold at 480 MiB nothing here streamed, and 2 ranks, out of place, 20
-// iterations, ran allgather 64 MiB at 9.0-9.1 ms and 128 MiB at 19.7-19.9 against 7.8-8.4 and
-// 17.8 with 16 MiB, broadcast 32 MiB at 3.8-4.0 ms against 3.3-3.4; allreduce and
-// reduce_scatter were level (docs/benchmarks-small.md, "Streaming copies").
+// at most kStreamCapBytes: a large last-level cache is shared by many cores (or by other
+// guests of a VM), of which a rank gets only a share (docs/benchmarks-large.md).
 constexpr std::size_t kStreamCapBytes = std::size_t{16} << 20;
 
 std::size_t default_stream_threshold() noexcept {
@@ -502,7 +497,7 @@ void reduce(void* dst, const void* a, const void* b, std::size_t count, DataType
   if (count < kScalarCount && bytes < kScalarBytes && dtype != DataType::f16)
     return scalar::reduce_scalar(dst, a, b, count, dtype, op);
   // In place, the destination's lines were just read as an input and sit in the cache:
-  // streaming them out saves no traffic (measured: no faster), so only distinct outputs do.
+  // streaming them out saves no traffic, so only distinct outputs do.
   const bool stream = bytes >= g_stream_threshold.load(std::memory_order_relaxed) && dst != a &&
                       dst != b && reinterpret_cast<std::uintptr_t>(dst) % dtype_size(dtype) == 0;
   HWY_DYNAMIC_DISPATCH(reduce_kernel)(dst, a, b, count, dtype, op, stream);

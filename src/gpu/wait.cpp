@@ -15,7 +15,7 @@ using namespace std::chrono_literals;
 
 // For this long a wait only yields between polls (a collective's phase on one GPU or over
 // NVLink ends within microseconds to a few milliseconds: a sleep there would add its own
-// length to every phase, 60-80 us per sleep as Linux rounds it); after it each poll sleeps.
+// length, as Linux rounds it up, to every phase); after it each poll sleeps.
 constexpr auto kSpinFor = 5ms;
 constexpr auto kPollSleep = 20us;
 

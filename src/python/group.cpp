@@ -82,8 +82,8 @@ Group::Group(std::shared_ptr<store::Store> store, int rank, int size,
   // The store is this group's own (torch puts every group under a prefix of its own).
   options.store_prefix = "tandem";
   // torch.distributed's blocking calls wait right away: the waiting thread runs them, and
-  // no call pays for waking the worker (8 B all_reduce 15 -> 3 us); asynchronous ones (DDP's
-  // buckets) start within 200 us when nobody waits for them.
+  // no call pays for waking the worker (docs/python.md); asynchronous ones (DDP's buckets)
+  // start within 200 us when nobody waits for them.
   options.lazy_start = std::chrono::microseconds(200);
   comm_ = Communicator::create(std::move(store), rank, size, options);
 }

@@ -16,8 +16,7 @@ int CpuSpread::move_off(int cpu) noexcept {
   const auto now = Clock::now();
   // Only a move starts the pause. A look that moves nothing (this rank already on its own
   // CPU, or bound to one) must not hold back the next: two ranks that meet on one CPU within
-  // kRetry of it would take turns there for 20 ms, a whole short run (2,000 broadcasts of
-  // 8 B take 0.2 ms).
+  // kRetry of it would take turns there for as long, a whole short run (docs/topology.md).
   if (now < next_try_) return -1;
   cpu_set_t allowed;
   CPU_ZERO(&allowed);

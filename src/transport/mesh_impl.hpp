@@ -44,7 +44,8 @@ inline constexpr auto kControlPeriod = 1ms;
 // A rank that woke a sleeping same-host peer spins at least this long in its next wait (when
 // spinning is on): the peer answers only once it runs again, and a waker that gave up after
 // TANDEM_SPIN_US and slept would have to be woken in turn, each rank sleeping through the
-// other's wake-up, call after call. A woken vCPU of the 2-vCPU VM ran again 20-600 us later.
+// other's wake-up, call after call. A woken vCPU may run again up to hundreds of microseconds
+// later (docs/architecture.md).
 inline constexpr auto kSpinAfterWake = 2ms;
 /// How long a normal close waits for the peers to have what this rank sent (UCX).
 inline constexpr auto kFlushBound = 10s;

@@ -13,7 +13,7 @@
 namespace tandem::transport::detail {
 namespace {
 
-// A sched_yield() that finds no other thread to run returns in about 0.2 us; one that took
+// A sched_yield() that finds no other thread to run returns well within this; one that took
 // longer ran another thread on this CPU meanwhile.
 constexpr auto kGaveAway = std::chrono::microseconds(2);
 
@@ -67,8 +67,8 @@ void MeshImpl::run_wait(std::span<Request* const> rs, Deadline deadline) {
     } else if ((i & 15) == 0) {
       // The peer may be waiting for this very CPU (more busy threads than cores): let it
       // run. Two ranks left on one core by the scheduler otherwise take turns of a whole
-      // spin time (100 us a call instead of 7 us measured); a peer on its own core does
-      // not notice a yield that finds nothing else to run.
+      // spin time (docs/topology.md); a peer on its own core does not notice a yield that
+      // finds nothing else to run.
       sched_yield();
       if (spread_ && Clock::now() - now > kGaveAway) spread_cpu();
     } else {

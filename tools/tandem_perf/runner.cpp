@@ -222,8 +222,8 @@ Measurement Runner::measure(const Shape& s, DataType t, ReduceOp op, bool in_pla
   zero(b_, std::max(s.in, s.out) * dtype_size(t));
   for (int i = 0; i < options_.warmup; ++i) run_once(v, op);
   // Twice: a rank that waited in the first barrier longer than TANDEM_SPIN_US (while another
-  // printed or zeroed its buffers) sleeps, and the first timed call would measure waking it
-  // (about 50 us on the 2-vCPU VM), not the collective. The second finds every rank awake.
+  // printed or zeroed its buffers) sleeps, and the first timed call would measure waking it,
+  // not the collective. The second finds every rank awake.
   comm_.barrier();
   comm_.barrier();
 

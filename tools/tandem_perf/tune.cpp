@@ -37,8 +37,7 @@ constexpr int kRounds = 3;
 /// Whether `b` is timed in place: a broadcast is, as every program calls it (MPI_Bcast and
 /// torch.distributed.broadcast have one buffer; DDP broadcasts its parameters in place), and
 /// where its algorithms differ most (the one-copy root writes part of the data itself only in
-/// place: at 32 KiB direct leads the tree in place, 1.8 against 2.2 us, and trails it out of
-/// place, 2.7 against 2.4). The others out of place, as nccl-tests reports them.
+/// place; docs/tuning.md). The others out of place, as nccl-tests reports them.
 bool tuned_in_place(Bench b) noexcept {
   return b == Bench::broadcast;
 }

@@ -34,12 +34,11 @@ constexpr auto kDrainBound = 2s;
 // written: waking tandemrun for every line put it on a CPU right when a worker had just
 // printed and started its next step (tandem-perf prints a row, then times the next size),
 // and on a machine with as many ranks as cores that preempted a rank spinning in a
-// collective and made its peers wait (first 8-byte allreduces of a size: 10-100 us instead
-// of 0.3-1). Lines still appear in order and within kOutputBatch, and a worker's last
-// lines before its exit is reported. While the workers print nothing, the look doubles its
-// interval up to kOutputQuiet: a look every 20 ms was itself a preemption of a rank every
-// 20 ms (15-150 us each, seen with perf sched_switch during a collective); the first line
-// after a silence then comes within kOutputQuiet.
+// collective and made its peers wait (docs/benchmarks-small.md). Lines still appear in order
+// and within kOutputBatch, and a worker's last lines before its exit is reported. While the
+// workers print nothing, the look doubles its interval up to kOutputQuiet: a look every
+// kOutputBatch is itself a preemption of a rank every kOutputBatch; the first line after a
+// silence then comes within kOutputQuiet.
 constexpr auto kOutputBatch = 20ms;
 constexpr auto kOutputQuiet = 320ms;
 

@@ -54,8 +54,8 @@ class Direct final : public Algorithm {
   }
 
  private:
-  // Without one copy: what the selector chose before direct covered these sizes, the log-step
-  // algorithms below 64 KiB of result (fewer steps over TCP), the ring above.
+  // Without one copy: the log-step algorithms below 64 KiB of result (fewer steps, which
+  // count over TCP), the ring above.
   static void fallback(const Call& call, Context& ctx) {
     if (call.out.bytes() < (64u << 10)) {
       for (std::string_view name : {"recursive_doubling", "bruck"}) {
@@ -71,14 +71,11 @@ class Direct final : public Algorithm {
 
   // Each rank copies its own block into its output and writes it into every peer's output
   // (process_vm_writev), a piece at a time: the piece a write reads is still in this core's
-  // cache from the copy, so the input is read once, where reading every peer's input read
-  // each input twice (its owner's copy and the peer's read). 2 ranks, out of place, µs:
-  // 8 MiB 675 -> 539, 32 MiB 2865 -> 2465, 128 MiB 21090 -> 19120 (docs/benchmarks-large.md).
-  // An output of core::streams() size takes the own copy with streaming stores (no read of
-  // the output's lines first; nothing reads them during the call) and the writes from the
-  // input, which that copy just read into the cache: 32 MiB 2646-2772 -> 2203-2380 us,
-  // 128 MiB 18.9-19.2 -> 16.8-17.0 ms (three runs each; with ordinary stores and the writes
-  // from the input 2576-2685 and 19.6-19.8: the gain is the streaming).
+  // cache from the copy, so the input is read once, where reading every peer's input would
+  // read each input twice (its owner's copy and the peer's read). An output of
+  // core::streams() size takes the own copy with streaming stores (no read of the output's
+  // lines first; nothing reads them during the call) and the writes from the input, which
+  // that copy just read into the cache (docs/benchmarks-large.md).
   static void write_with_cma(const Call& call, transport::Mesh& mesh,
                              const std::vector<detail::Where>& where, std::byte* out,
                              std::size_t bytes) {
@@ -131,10 +128,10 @@ class Direct final : public Algorithm {
   }
 
   // The piece copied and then written: a few of them fit a core's L2 with the lines they are
-  // written over. 2 ranks, 8 MiB out of place: 64 KiB 634-639 us, 128 KiB 556-680, 256 KiB
-  // 539-580, 512 KiB 557-580, 1 MiB 619-653 (two runs of -n 30 each).
+  // written over (docs/benchmarks-large.md).
   static constexpr std::size_t kPieceBytes = 256u << 10;
-  // A look at the peers' liveness every 4 MiB (a few microseconds against 300 here).
+  // A look at the peers' liveness every 4 MiB: its few microseconds are small against the
+  // time 4 MiB of writes take.
   static constexpr std::size_t kAliveEvery = 16;
 };
 

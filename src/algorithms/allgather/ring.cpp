@@ -47,8 +47,7 @@ void ring_allgather(const Call& call, Context& ctx, DataType dt, const std::byte
   }
   // Out of place, the first step copies each chunk of this rank's block into its place in
   // `out` and sends it from there, while it is still in the cache: the block is read from
-  // memory once, not twice (measured: 9.2 -> 10.5 GB/s algbw at 128 MiB on 2 ranks, medians of 7
-  // interleaved rounds).
+  // memory once, not twice (docs/benchmarks-large.md).
   std::byte* const own = out + off[r] * es;
   const bool tee = own != mine;
   for (int s = 0; s < n - 1; ++s) {

@@ -4,12 +4,8 @@
 //
 // Between ranks on shared memory the message runs in segments (Context::segment_bytes per
 // rank), each reduce-scattered and allgathered before the next: a rank overwrites the blocks
-// it sent a moment earlier, still in its cache, instead of the whole message's worth later.
-// Measured on 2 ranks of this 2-core VM, segments of 2 x 256 KiB against none (tandem-perf,
-// 100-300 iterations, two interleaved rounds): 8 MiB 6.2 -> 7.0 GB/s busbw out of place,
-// 7.0 -> 8.2 in place; 32 MiB 5.4 -> 6.3 and 6.9 -> 7.8-8.2; 2 MiB 6.45 -> 7.0 and 8.0-8.3
-// -> 8.4-8.5; unchanged up to 1 MiB. Over TCP each segment would add a round trip: one
-// segment there.
+// it sent a moment earlier, still in its cache, instead of the whole message's worth later
+// (docs/benchmarks.md). Over TCP each segment would add a round trip: one segment there.
 
 #include "algorithms/builtin.hpp"
 #include "algorithms/common.hpp"

@@ -51,10 +51,8 @@ struct Reply {
 static_assert(sizeof(Reply) == 24);
 
 // A registered source is copied out of its mapping, with no system call: the root's write of
-// its part pays from 512 KiB (2 ranks in place, -n 200, three runs: 128 KiB 3.6-4.3 against
-// 3.2-3.4 us, 256 KiB level, 512 KiB 9.9-10.4 against 12.2-12.7, 1 MiB 22-28 against 41-48,
-// 16 MiB 0.90-0.92 ms against 1.31-1.40 with -n 30). A plain source's reads are system calls
-// either way, and the root's part pays at every size direct runs.
+// its part pays from 512 KiB (docs/benchmarks-large.md). A plain source's reads are system
+// calls either way, and the root's part pays at every size direct runs.
 constexpr std::size_t kSplitRegisteredBytes = 512u << 10;
 
 // What a rank answers the root: 0 done, 1 please send my part. The root's byte: 0 nothing

@@ -40,8 +40,8 @@ class Ring final : public Algorithm {
         recvs.post(Request::make_recv(prev, call.tag, out + e * es, std::min(ce, count - e) * es));
     }
     // Out of place, the root copies each chunk into `out` and sends it from there while it
-    // is still in the cache: the source is read from memory once, not twice (measured:
-    // 7.9 -> 9.4 GB/s at 128 MiB on 2 ranks, medians of 7 interleaved rounds).
+    // is still in the cache: the source is read from memory once, not twice
+    // (docs/benchmarks-large.md).
     const bool tee = vr == 0 && out != src;
     if (next >= 0) {
       std::size_t k = 0;

@@ -40,9 +40,9 @@ std::shared_ptr<Monitor> Monitor::start(std::shared_ptr<store::Store> store, int
   auto m =
       std::make_shared<Monitor>(std::move(store), rank, size, std::move(name), stall_warn, timeout);
   // The first record is published here, during setup. From the thread, that store round trip
-  // (and the store server woken to answer it) ran while the first collectives did and, with
-  // as many ranks as cores, took a rank's CPU: calls of 40-170 us among the first 8 B
-  // allreduces.
+  // (and the store server woken to answer it) would run while the first collectives do and,
+  // with as many ranks as cores, take a rank's CPU in the middle of one
+  // (docs/benchmarks-small.md).
   const ProgressRecord first = m->snapshot();
   m->publish(progress_key(rank), first.encode());
   m->thread_ = std::thread([self = m, first] { self->run(first); });
@@ -169,8 +169,8 @@ void Monitor::run(const ProgressRecord& published) {
     // What diagnoses read is where a rank stopped: a record is published once it held for a
     // whole interval, or at once for a collective in progress for half an interval. A rank
     // that moves on between two looks is not reported on every look: each store round trip
-    // (and the store server answering it) took a CPU from a rank for 100-300 us on a machine
-    // with as many ranks as cores.
+    // (and the store server answering it) takes a CPU from a rank on a machine with as many
+    // ranks as cores (docs/benchmarks-small.md).
     const ProgressRecord mine = snapshot();
     const bool held = mine.entered == seen_entered && mine.done == seen_done;
     seen_entered = mine.entered;

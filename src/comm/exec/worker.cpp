@@ -68,9 +68,9 @@ void Communicator::Impl::worker_loop() {
       // Each poll that finds nothing to take doubles the period, up to kLazyBackoff periods,
       // and the period stays long while callers keep waiting for what they submit
       // (torch.distributed's blocking calls): on a host with as many ranks as cores, every
-      // poll preempts a rank in the middle of a collective and its peers wait for it (at 180
-      // polls a second, 2 MiB allreduces took 10 % longer). A whole longest period without
-      // a submit() sends the worker to sleep until the next one.
+      // poll preempts a rank in the middle of a collective and its peers wait for it
+      // (docs/python.md). A whole longest period without a submit() sends the worker to sleep
+      // until the next one.
       bool found = false;
       std::uint64_t submitted = exec.submitted;
       while (config.lazy_start.count() > 0 && exec.lazy_now && !found) {

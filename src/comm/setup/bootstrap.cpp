@@ -255,14 +255,14 @@ void warm_paths(const Communicator::Impl& impl) {
 // first call, so no call's message can be taken for one of them.
 constexpr std::uint32_t kWarmTag = 0x7761726d;  // "warm"
 
-// A process's first cross-memory attach costs the kernel 10-15 us on the 2-core VM (its first
-// access to the peer's address space, then a few more on the second), which the first one-copy
-// allgather or broadcast of a program paid: its first 32 KiB allgather took 29-35 us against
-// 2 for the next. Where every peer is on this host, one allgather and one broadcast of one
-// element run here through the one-copy algorithms, every rank alike (outside the
-// communicator's sequence of calls: nothing is recorded), and pay it. A rank that may not use
-// cross-memory attach takes those algorithms' fallback, as a call would; a refusal is
-// logged here, once, instead of at the first call.
+// A process's first cross-memory attach costs the kernel extra work (its first access to the
+// peer's address space, and some more on the second), which would make the first one-copy
+// allgather or broadcast of a program many times slower than the next
+// (docs/benchmarks-small.md). Where every peer is on this host, one allgather and one
+// broadcast of one element run here through the one-copy algorithms, every rank alike
+// (outside the communicator's sequence of calls: nothing is recorded), and pay it. A rank
+// that may not use cross-memory attach takes those algorithms' fallback, as a call would; a
+// refusal is logged here, once, instead of at the first call.
 void warm_direct(Communicator::Impl& impl) {
   if (!algorithms::detail::all_shm(*impl.mesh)) return;
   const auto size = static_cast<std::size_t>(impl.id.size);
@@ -326,8 +326,8 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
   impl->config.chunk_bytes = chunk_bytes_from_settings();
   stream_threshold_from_settings();
   // The vector kernels' first call picks the instruction set (CPUID, which traps to the
-  // hypervisor in a VM): paid here, not by the first reduction of 8 elements or more, which
-  // took 40 us instead of 1 on the 2-core VM.
+  // hypervisor in a VM): paid here, not by the first reduction of 8 elements or more
+  // (docs/benchmarks-small.md).
   (void)core::kernel_target();
   core::prefault_library_code();
   // Scratch for the calls up to a few hundred KiB, mapped and faulted in here rather than by

@@ -17,16 +17,12 @@ namespace {
 // all of its lines warm on its first lap (and a larger one its first page).
 constexpr std::size_t kWarmDataBytes = 4096;
 
-// The first lap of messages through a channel (64 slots: 64 messages) cost about twice what
-// the next laps cost, each message landing in lines that neither side had touched (4 KiB
-// broadcasts: 0.6-0.8 us per call for the first 64 calls, 0.33-0.38 after; with 32 slots the
-// step came after 32 calls). Setup touches those lines now, as a lap would: the sender writes
-// its outbound small areas (64 KiB) and the first 4 KiB of each outbound data area (256 KiB),
-// the receiver reads the same of its inbound channel, a line at a time (which also walks each
-// slot's first page). Writing alone is not enough: the next laps are cheap for lines that
-// both sides have had. First 20 broadcasts, tandem-perf -c broadcast -n 20 -w 0, median of
-// six runs: 4 KiB 0.72-0.77 us as before, 0.65 written, 0.48 written and read (steady 0.35);
-// 512 B 0.26-0.34 with its small areas written, 0.19 written and read (steady 0.14).
+// Setup touches a channel's lines as a first lap of messages (one per slot) would, so that the
+// first lap costs what later laps do rather than a line neither side has touched per message:
+// the sender writes its outbound small areas and the first kWarmDataBytes of each outbound
+// data area, the receiver reads the same of its inbound channel, a line at a time (which also
+// walks each slot's first page). Both sides must touch them: later laps are cheap only for
+// lines both sides have had (docs/benchmarks-small.md).
 // Setup-only code: kept out of the hot functions' way.
 [[gnu::cold, gnu::noinline]] void write_slots(const ChannelView& c) noexcept {
   std::memset(c.small, 0, std::size_t{c.slot_count} * kSmallBytes);

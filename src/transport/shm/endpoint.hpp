@@ -50,9 +50,8 @@ class Endpoint final : public transport::Endpoint {
   // Chunks through the slots' data areas (not headers or small areas) still to be sent or
   // received with a prefetch of the next slot's data: one lap. Its pages are walked at setup
   // too, but by the first large message a program's own buffers may have pushed them out of
-  // the TLB (4 KiB broadcasts, first 20 calls: 0.84-1.05 -> 0.67-0.76 us). Later laps do
-  // not prefetch: there the next slot's line is in the peer's cache, and a prefetch for
-  // writing slowed 2 KiB broadcasts from 0.33-0.43 to 0.49-0.55 us.
+  // the TLB. Later laps do not prefetch: there the next slot's line is in the peer's cache,
+  // and a prefetch for writing costs more than it saves (docs/benchmarks-small.md).
   std::uint32_t cold_sends_ = 0;
   std::uint32_t cold_recvs_ = 0;
 };

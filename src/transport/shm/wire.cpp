@@ -10,8 +10,8 @@ namespace {
 
 constexpr std::size_t kPage = 4096;
 // Slot count of a channel. 64 chunks of buffer/64 (64 KiB by default) let a stream of small
-// messages run 64 ahead of its receiver (with 16, 10k back-to-back small messages took 3x
-// longer on a busy host), while bandwidth measured the same from 8 to 256 slots.
+// messages run 64 ahead of a receiver that is late on a busy host; bandwidth does not depend
+// on the slot count (docs/benchmarks-small.md).
 constexpr std::uint32_t kSlots = 64;
 constexpr std::uint64_t kMinSlotBytes = 4 * kLine;
 constexpr std::uint64_t kMaxSlotBytes = 1ull << 30;  // SlotHeader::chunk_bytes is 32 bits

@@ -10,15 +10,12 @@
 //
 // A slot header is exactly one cache line: seq (the ready flag), tag, sizes and up to
 // kInlineBytes of payload, so a small message costs one line transfer. The headers lie side
-// by side, so a stream of small messages stays within one or two pages (with each header
-// beside its slot's data, 64 slots touched 64 pages: the first lap of small messages through
-// a channel cost twice the later ones on the 2-vCPU VM, 0.5-0.6 against 0.25-0.3 us per 8 B
-// allreduce). A message of up to kSmallBytes that does not fit its header goes whole into
-// its slot's small area, and those lie side by side too (16 pages for 64 slots, where the
-// slots' data areas start on 64 pages: 64 B allreduces paid a page walk per message for
-// their first lap, 1-1.5 us a call against 0.45). Larger messages are cut into slot-sized
-// chunks; the receiver reduces or copies each one straight out of the slot and then
-// advances `consumed`, a line only it writes.
+// by side, so a stream of small messages stays within one or two pages, not a page (and a
+// page walk in the first lap) per slot. A message of up to kSmallBytes that does not fit its
+// header goes whole into its slot's small area, and those lie side by side too (16 pages for
+// 64 slots), for the same reason (docs/benchmarks-small.md). Larger messages are cut into
+// slot-sized chunks; the receiver reduces or copies each one straight out of the slot and
+// then advances `consumed`, a line only it writes.
 
 #include <atomic>
 #include <cstddef>

@@ -117,9 +117,9 @@ void tune_socket(int fd, bool data, bool same_host) {
   net::set_buffer_sizes(fd, kSocketBuffer, kSocketBuffer);
   report_buffers(fd);
   // Over loopback there is no congestion to control, and a pacing algorithm (bbr, a common
-  // default) throttles a local stream to its own bandwidth estimate: a 2-rank allreduce on
-  // one host ran 20-50% faster with reno, which every kernel allows unprivileged. Links
-  // between hosts keep the system's choice.
+  // default) throttles a local stream to its own bandwidth estimate; reno does not, and every
+  // kernel allows it unprivileged (docs/benchmarks.md). Links between hosts keep the
+  // system's choice.
   if (same_host) {
     static constexpr char kReno[] = "reno";
     if (::setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, kReno, sizeof kReno - 1) != 0)

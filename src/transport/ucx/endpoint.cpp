@@ -16,9 +16,8 @@ constexpr int kProgressCalls = 16;
 
 // A larger message goes as several UCX messages of this size (the last one shorter), so that
 // the receiver reduces the first while the next ones arrive, as tandem's TCP reduces what has
-// arrived (a whole 16 MiB half of a ring allreduce reduced after its last byte: 1.6 to 3 ms
-// of the ~27 ms each half takes between two hosts over UCX's tcp). A multiple of every
-// element size.
+// arrived, rather than a whole message after its last byte (docs/benchmarks-hosts.md). A
+// multiple of every element size.
 constexpr std::size_t kChunkBytes = std::size_t{1} << 20;
 
 // Whether a reduction's output and local input do not overlap.
