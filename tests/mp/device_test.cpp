@@ -2,6 +2,8 @@
 // such call (comm/device/backend.hpp): what a user sees when it cannot be loaded, and that a
 // failed load poisons nothing but that call's communicator.
 
+#include "support/scoped_env.hpp"
+
 #include <tandem/communicator.hpp>
 #include <tandem/error.hpp>
 #include <tandem/store.hpp>
@@ -15,7 +17,7 @@ namespace tandem {
 namespace {
 
 TEST(DeviceBackend, AMissingLibraryIsNamedWithWhatToDo) {
-  ::setenv("TANDEM_CUDA_LIBRARY", "/nonexistent/libtandem_cuda.so", 1);
+  testing::ScopedEnv library("TANDEM_CUDA_LIBRARY", "/nonexistent/libtandem_cuda.so");
   auto comm = Communicator::create(std::make_shared<store::HashStore>(), 0, 1);
   float x[4] = {1, 2, 3, 4};
   BufferView gpu = BufferView::raw(x, 4, DataType::f32);
@@ -34,7 +36,6 @@ TEST(DeviceBackend, AMissingLibraryIsNamedWithWhatToDo) {
   auto other = Communicator::create(std::make_shared<store::HashStore>(), 0, 1);
   other->allreduce(BufferView::raw(x, 4, DataType::f32), ReduceOp::sum);
   EXPECT_EQ(x[3], 4.0f);
-  ::unsetenv("TANDEM_CUDA_LIBRARY");
 }
 
 }  // namespace

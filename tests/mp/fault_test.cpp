@@ -2,6 +2,7 @@
 // destruction with work pending, and invalid arguments.
 
 #include "mp_util.hpp"
+#include "support/scoped_env.hpp"
 
 #include <tandem/error.hpp>
 
@@ -509,10 +510,9 @@ TEST(InvalidArguments, CreateRejectsBadRankSizeAndAlgorithm) {
 
 TEST(InvalidArguments, UnknownTransportIsNamedWithTheChoices) {
   auto store = std::make_shared<store::HashStore>();
-  ::setenv("TANDEM_TRANSPORT", "rdma", 1);
+  testing::ScopedEnv transport("TANDEM_TRANSPORT", "rdma");
   expect_invalid([&] { Communicator::create(store, 0, 1); },
                  "TANDEM_TRANSPORT=\"rdma\": use ucx, tcp or auto");
-  ::unsetenv("TANDEM_TRANSPORT");
 }
 
 }  // namespace

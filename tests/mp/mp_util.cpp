@@ -1,6 +1,7 @@
 #include "mp_util.hpp"
 
 #include "algorithms/algorithm.hpp"
+#include "support/reference.hpp"
 
 #include <tandem/error.hpp>
 #include <tandem/half.hpp>
@@ -175,44 +176,8 @@ double reduce_input(ReduceOp op, DataType t, int rank, std::size_t i, std::uint3
 }
 
 double reduce_expected(ReduceOp op, DataType t, int world, std::size_t i, std::uint32_t seed) {
-  double acc = reduce_input(op, t, 0, i, seed);
-  for (int r = 1; r < world; ++r) {
-    const double v = reduce_input(op, t, r, i, seed);
-    switch (op) {
-      case ReduceOp::sum:
-      case ReduceOp::avg:
-        acc += v;
-        break;
-      case ReduceOp::prod:
-        acc *= v;
-        break;
-      case ReduceOp::min:
-        acc = std::min(acc, v);
-        break;
-      case ReduceOp::max:
-        acc = std::max(acc, v);
-        break;
-    }
-  }
-  if (op != ReduceOp::avg) return acc;
-  switch (t) {
-    case DataType::f64:
-      return acc / world;
-    case DataType::f32:
-      return static_cast<float>(acc) / static_cast<float>(world);
-    case DataType::f16: {
-      const float q = static_cast<float>(acc) / static_cast<float>(world);
-      return half_to_float(float_to_half(q));
-    }
-    case DataType::bf16: {
-      const float q = static_cast<float>(acc) / static_cast<float>(world);
-      return bf16_to_float(float_to_bf16(q));
-    }
-    default: {
-      const std::int64_t truncated = static_cast<std::int64_t>(acc) / world;
-      return static_cast<double>(truncated);
-    }
-  }
+  return testing::reference_reduce(op, t, world,
+                                   [&](int r) { return reduce_input(op, t, r, i, seed); });
 }
 
 double data_value(DataType t, int rank, std::size_t i, std::uint32_t seed) {

@@ -1,5 +1,7 @@
 #include "values.hpp"
 
+#include "support/reference.hpp"
+
 #include <tandem/half.hpp>
 
 #include <fmt/format.h>
@@ -66,30 +68,8 @@ double reduce_input(DataType dt, ReduceOp op, int n, int rank, std::size_t i, st
 }
 
 double reduce_reference(DataType dt, ReduceOp op, int n, std::size_t i, std::uint64_t seed) {
-  double acc = reduce_input(dt, op, n, 0, i, seed);
-  for (int q = 1; q < n; ++q) {
-    const double v = reduce_input(dt, op, n, q, i, seed);
-    switch (op) {
-      case ReduceOp::sum:
-      case ReduceOp::avg:
-        acc += v;
-        break;
-      case ReduceOp::prod:
-        acc *= v;
-        break;
-      case ReduceOp::min:
-        acc = std::min(acc, v);
-        break;
-      case ReduceOp::max:
-        acc = std::max(acc, v);
-        break;
-    }
-  }
-  if (op == ReduceOp::avg) {
-    if (is_floating(dt)) return acc / n;  // exact by construction of the inputs
-    return static_cast<double>(static_cast<std::int64_t>(acc) / n);  // truncates toward zero
-  }
-  return acc;
+  return testing::reference_reduce(op, dt, n,
+                                   [&](int q) { return reduce_input(dt, op, n, q, i, seed); });
 }
 
 double move_input(DataType dt, int rank, std::size_t i) {

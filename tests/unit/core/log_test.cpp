@@ -1,6 +1,8 @@
 // The logger: level and subsystem selection from the environment, the line format, and
 // whole lines under concurrent writers. stderr is captured through a pipe (dup2 onto fd 2).
 
+#include "support/scoped_env.hpp"
+
 #include <tandem/log.hpp>
 
 #include <gtest/gtest.h>
@@ -58,28 +60,7 @@ class StderrCapture {
   std::string text_;
 };
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value)
-      ::setenv(name, value, 1);
-    else
-      ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_.c_str(), old_->c_str(), 1);
-    else
-      ::unsetenv(name_.c_str());
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
+using testing::ScopedEnv;
 
 std::vector<std::string> lines(const std::string& text) {
   std::vector<std::string> out;

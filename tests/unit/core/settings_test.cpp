@@ -1,6 +1,8 @@
 // The settings table: getters, parsing, and the two checks that keep documentation and code
 // in step (README table == settings::all(); every TANDEM_* name in the sources is declared).
 
+#include "support/scoped_env.hpp"
+
 #include <tandem/error.hpp>
 #include <tandem/settings.hpp>
 
@@ -21,29 +23,7 @@
 namespace tandem::settings {
 namespace {
 
-// Sets (or unsets) an environment variable for the lifetime of the object.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value)
-      ::setenv(name, value, 1);
-    else
-      ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_.c_str(), old_->c_str(), 1);
-    else
-      ::unsetenv(name_.c_str());
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
+using testing::ScopedEnv;
 
 std::string_view type_name(Type t) {
   switch (t) {

@@ -4,6 +4,7 @@
 #include "core/net.hpp"
 #include "store/protocol.hpp"
 #include "store_test_util.hpp"
+#include "support/scoped_env.hpp"
 
 #include <tandem/error.hpp>
 #include <tandem/store.hpp>
@@ -170,16 +171,15 @@ TEST(PrefixStore, OnDisconnectIsPrefixedAndOtherStoresDecline) {
 
 TEST(TcpStore, TokenFromEnvironment) {
   TcpStoreServer server(server_options());
-  ::setenv("TANDEM_STORE_TOKEN", kToken, 1);
   {
+    testing::ScopedEnv token("TANDEM_STORE_TOKEN", kToken);
     TcpStore from_env("127.0.0.1", server.port(), client_options(""));
     from_env.set("k", "v");
     EXPECT_EQ(from_env.get("k"), "v");
   }
-  ::setenv("TANDEM_STORE_TOKEN", "not-it", 1);
+  testing::ScopedEnv wrong("TANDEM_STORE_TOKEN", "not-it");
   expect_error(ErrorCode::Unauthenticated,
                [&] { TcpStore c("127.0.0.1", server.port(), client_options("")); });
-  ::unsetenv("TANDEM_STORE_TOKEN");
 }
 
 TEST(TcpStore, ServerWithoutTokenAcceptsAnyClient) {
