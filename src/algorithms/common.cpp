@@ -75,4 +75,41 @@ std::size_t call_bytes(const Call& call) noexcept {
   }
 }
 
+std::optional<Pow2Fold> fold_to_pow2(const Call& call, transport::Mesh& mesh, const std::byte* in,
+                                     std::byte* out, std::size_t count, DataType dt, ReduceOp op) {
+  const int n = mesh.size();
+  const int r = mesh.rank();
+  Pow2Fold f;
+  f.p = pow2_floor(n);
+  f.extra = n - f.p;
+  f.vr = r - f.extra;
+  f.cur = in;
+  if (r >= 2 * f.extra) return f;
+  const std::size_t bytes = count * dtype_size(dt);
+  if (r % 2 == 0) {
+    Request s = Request::make_send(r + 1, call.tag, in, bytes);
+    mesh.post(s);
+    mesh.wait(s, call.deadline);
+    Request q = Request::make_recv(r + 1, call.tag, out, bytes);
+    mesh.post(q);
+    mesh.wait(q, call.deadline);
+    return std::nullopt;
+  }
+  Request q = Request::make_recv_reduce(r - 1, call.tag, out, in, count, dt, op);
+  mesh.post(q);
+  mesh.wait(q, call.deadline);
+  f.cur = out;
+  f.vr = r / 2;
+  return f;
+}
+
+void unfold_from_pow2(const Call& call, transport::Mesh& mesh, const Pow2Fold& fold,
+                      const std::byte* out, std::size_t bytes) {
+  const int r = mesh.rank();
+  if (r >= 2 * fold.extra) return;
+  Request s = Request::make_send(r - 1, call.tag, out, bytes);
+  mesh.post(s);
+  mesh.wait(s, call.deadline);
+}
+
 }  // namespace tandem::algorithms::detail

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <span>
 #include <type_traits>
 #include <vector>
@@ -36,6 +37,29 @@ inline int pow2_floor(int n) noexcept {
   while (p * 2 <= n) p *= 2;
   return p;
 }
+
+/// A non-power-of-two world folded into its largest power of two p, as the log-step
+/// allreduces run it: the first 2(n - p) ranks pair up (2i, 2i+1); the even one sends its whole
+/// input to the odd one, which reduces it into `out` and stands for both among the p as virtual
+/// rank i; the others are virtual rank r - (n - p).
+struct Pow2Fold {
+  int p = 1;
+  int extra = 0;
+  int vr = 0;                      // this rank's virtual rank
+  const std::byte* cur = nullptr;  // where this rank's partial result is now (in, or out)
+  /// The real rank of virtual rank v.
+  int real(int v) const noexcept { return v < extra ? 2 * v + 1 : v + extra; }
+};
+
+/// Folds this rank into the power of two. A rank that sits out (an even one of the first
+/// pairs) sends its input and receives the final result into `out`, and gets nullopt: its call
+/// is done. `count` elements of `dt` at `in`, reduced with `op` (already the wire op).
+std::optional<Pow2Fold> fold_to_pow2(const Call& call, transport::Mesh& mesh, const std::byte* in,
+                                     std::byte* out, std::size_t count, DataType dt, ReduceOp op);
+
+/// The end of a fold: a rank that stood for its even neighbour sends it the result in `out`.
+void unfold_from_pow2(const Call& call, transport::Mesh& mesh, const Pow2Fold& fold,
+                      const std::byte* out, std::size_t bytes);
 
 /// The transport reduces avg as sum; the algorithm divides once at the end.
 inline ReduceOp wire_op(ReduceOp op) noexcept {
@@ -178,5 +202,59 @@ std::size_t call_bytes(const Call& call) noexcept;
 /// where this rank has `mine`.
 [[noreturn]] void throw_size_mismatch(const Call& call, int peer, std::uint64_t mine,
                                       std::uint64_t theirs);
+
+/// The block arithmetic of a chunk-pipelined ring over blocks `off` (element offsets): in step
+/// s (0..n-2) this rank sends block r-s-shift to its right neighbour and receives block
+/// r-s-1-shift, the one it sends in step s+1, from its left; every block is cut into chunks of
+/// chunk_elems() elements, the same way on every rank.
+class RingSteps {
+ public:
+  RingSteps(const Context& ctx, DataType dt, std::span<const std::size_t> off, int shift)
+      : n(ctx.mesh.size()),
+        r(ctx.mesh.rank()),
+        left(mod(r - 1, n)),
+        right(mod(r + 1, n)),
+        ce(chunk_elems(ctx, dt)),
+        off_(off),
+        shift_(shift),
+        first_recv_(static_cast<std::size_t>(n)) {}
+
+  const int n, r, left, right;
+  const std::size_t ce;  // elements per chunk
+
+  int send_block(int s) const noexcept { return mod(r - s - shift_, n); }
+  int recv_block(int s) const noexcept { return send_block(s + 1); }
+  std::size_t size_of(int b) const noexcept { return off_[b + 1] - off_[b]; }
+  std::size_t offset_of(int b) const noexcept { return off_[b]; }
+  /// Chunks received, resp. sent, over all steps: the sizes of the request batches.
+  std::size_t recv_chunks() const noexcept { return chunks(1); }
+  std::size_t send_chunks() const noexcept { return chunks(0); }
+
+  /// Posts every receive up front: make(s, b, e, m) is the request for elements [e, e + m) of
+  /// block b, received in step s.
+  template <class Make>
+  void post_receives(Batch& recvs, Make&& make) {
+    for (int s = 0; s < n - 1; ++s) {
+      const int b = recv_block(s);
+      first_recv_[static_cast<std::size_t>(s)] = recvs.size();
+      for (std::size_t e = 0; e < size_of(b); e += ce)
+        recvs.post(make(s, b, e, std::min(ce, size_of(b) - e)));
+    }
+  }
+  /// Waits for chunk k of the block received in step s (the block sent in step s + 1).
+  void wait_received(Batch& recvs, int s, std::size_t k, Deadline deadline) {
+    recvs.wait(first_recv_[static_cast<std::size_t>(s)] + k, deadline);
+  }
+
+ private:
+  std::size_t chunks(int ahead) const noexcept {
+    std::size_t total = 0;
+    for (int s = 0; s < n - 1; ++s) total += chunks_of(size_of(send_block(s + ahead)), ce);
+    return total;
+  }
+  std::span<const std::size_t> off_;
+  int shift_;
+  std::vector<std::size_t> first_recv_;
+};
 
 }  // namespace tandem::algorithms::detail

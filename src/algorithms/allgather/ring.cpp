@@ -14,57 +14,37 @@ namespace detail {
 void ring_allgather(const Call& call, Context& ctx, DataType dt, const std::byte* mine,
                     std::byte* out, std::span<const std::size_t> off) {
   transport::Mesh& mesh = ctx.mesh;
-  const int n = mesh.size();
-  const int r = mesh.rank();
   const std::size_t es = dtype_size(dt);
-  const auto size_of = [&](int b) { return off[b + 1] - off[b]; };
-  if (n == 1) {
-    copy_bytes(out + off[0] * es, mine, size_of(0) * es);
+  RingSteps ring(ctx, dt, off, 0);
+  if (ring.n == 1) {
+    copy_bytes(out + off[0] * es, mine, ring.size_of(0) * es);
     return;
   }
-  const std::size_t ce = chunk_elems(ctx, dt);
-  const int left = mod(r - 1, n);
-  const int right = mod(r + 1, n);
-  const auto send_block = [&](int s) { return mod(r - s, n); };
-  const auto recv_block = [&](int s) { return mod(r - s - 1, n); };
-
-  std::size_t nrecv = 0;
-  std::size_t nsend = 0;
-  for (int s = 0; s < n - 1; ++s) {
-    nrecv += chunks_of(size_of(recv_block(s)), ce);
-    nsend += chunks_of(size_of(send_block(s)), ce);
-  }
-  Batch recvs(mesh, nrecv);
-  Batch sends(mesh, nsend);
-  std::vector<std::size_t> first_recv(static_cast<std::size_t>(n));
-  for (int s = 0; s < n - 1; ++s) {
-    const int b = recv_block(s);
-    first_recv[static_cast<std::size_t>(s)] = recvs.size();
-    for (std::size_t e = 0; e < size_of(b); e += ce) {
-      const std::size_t m = std::min(ce, size_of(b) - e);
-      recvs.post(Request::make_recv(left, call.tag, out + (off[b] + e) * es, m * es));
-    }
-  }
+  Batch recvs(mesh, ring.recv_chunks());
+  Batch sends(mesh, ring.send_chunks());
+  ring.post_receives(recvs, [&](int, int b, std::size_t e, std::size_t m) {
+    return Request::make_recv(ring.left, call.tag, out + (off[b] + e) * es, m * es);
+  });
   // Out of place, the first step copies each chunk of this rank's block into its place in
   // `out` and sends it from there, while it is still in the cache: the block is read from
   // memory once, not twice (docs/benchmarks-large.md).
-  std::byte* const own = out + off[r] * es;
+  std::byte* const own = out + off[ring.r] * es;
   const bool tee = own != mine;
-  for (int s = 0; s < n - 1; ++s) {
-    const int b = send_block(s);
+  for (int s = 0; s < ring.n - 1; ++s) {
+    const int b = ring.send_block(s);
     std::size_t k = 0;
-    for (std::size_t e = 0; e < size_of(b); e += ce, ++k) {
-      const std::size_t m = std::min(ce, size_of(b) - e);
+    for (std::size_t e = 0; e < ring.size_of(b); e += ring.ce, ++k) {
+      const std::size_t m = std::min(ring.ce, ring.size_of(b) - e);
       const std::byte* src = mine + e * es;
       if (s == 0 && tee) {
         std::memcpy(own + e * es, src, m * es);
         src = own + e * es;
       }
       if (s > 0) {
-        mesh.wait(recvs[first_recv[static_cast<std::size_t>(s - 1)] + k], call.deadline);
+        ring.wait_received(recvs, s - 1, k, call.deadline);
         src = out + (off[b] + e) * es;
       }
-      sends.post(Request::make_send(right, call.tag, src, m * es));
+      sends.post(Request::make_send(ring.right, call.tag, src, m * es));
       if (s == 0 && tee) progress(mesh);
     }
   }

@@ -18,7 +18,6 @@ class Rabenseifner final : public Algorithm {
     using transport::Request;
     transport::Mesh& mesh = ctx.mesh;
     const int n = mesh.size();
-    const int r = mesh.rank();
     const DataType dt = call.out.dtype;
     const std::size_t es = dtype_size(dt);
     const std::size_t c = call.out.count;
@@ -27,28 +26,12 @@ class Rabenseifner final : public Algorithm {
     if (n == 1) detail::copy_bytes(out, in, c * es);
     if (n == 1 || c == 0) return;
     const ReduceOp op = detail::wire_op(call.op);
-    const int p = detail::pow2_floor(n);
-    const int extra = n - p;
-
-    const std::byte* cur = in;  // where this rank's current partials are read from
-    int vr = r - extra;
-    if (r < 2 * extra) {
-      if (r % 2 == 0) {
-        Request s = Request::make_send(r + 1, call.tag, in, c * es);
-        mesh.post(s);
-        mesh.wait(s, call.deadline);
-        Request q = Request::make_recv(r + 1, call.tag, out, c * es);
-        mesh.post(q);
-        mesh.wait(q, call.deadline);
-        return;
-      }
-      Request q = Request::make_recv_reduce(r - 1, call.tag, out, in, c, dt, op);
-      mesh.post(q);
-      mesh.wait(q, call.deadline);
-      cur = out;
-      vr = r / 2;
-    }
-    const auto real = [&](int v) { return v < extra ? 2 * v + 1 : v + extra; };
+    const auto fold = detail::fold_to_pow2(call, mesh, in, out, c, dt, op);
+    if (!fold) return;  // this rank's input went to its neighbour, the result came back
+    const int p = fold->p;
+    const int vr = fold->vr;
+    const std::byte* cur = fold->cur;  // where this rank's current partials are read from
+    const auto real = [&](int v) { return fold->real(v); };
     const auto off = detail::even_offsets(c, p);
     const auto at = [&](const std::byte* base, int block) { return base + off[block] * es; };
     const auto elems = [&](int lo, int hi) { return off[hi] - off[lo]; };
@@ -85,11 +68,7 @@ class Rabenseifner final : public Algorithm {
                                      elems(theirs, theirs + mask) * es);
       exchange(mesh, s, q, call.deadline);
     }
-    if (r < 2 * extra) {
-      Request s = Request::make_send(r - 1, call.tag, out, c * es);
-      mesh.post(s);
-      mesh.wait(s, call.deadline);
-    }
+    detail::unfold_from_pow2(call, mesh, *fold, out, c * es);
   }
 
  private:

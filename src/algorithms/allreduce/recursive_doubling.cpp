@@ -18,7 +18,6 @@ class RecursiveDoubling final : public Algorithm {
     using transport::Request;
     transport::Mesh& mesh = ctx.mesh;
     const int n = mesh.size();
-    const int r = mesh.rank();
     const DataType dt = call.out.dtype;
     const std::size_t c = call.out.count;
     const std::size_t bytes = c * dtype_size(dt);
@@ -27,33 +26,14 @@ class RecursiveDoubling final : public Algorithm {
     if (n == 1) detail::copy_bytes(out, in, bytes);
     if (n == 1 || c == 0) return;
     const ReduceOp op = detail::wire_op(call.op);
-    const int p = detail::pow2_floor(n);
-    const int extra = n - p;
-
-    const std::byte* cur = in;
-    int vr = r - extra;  // rank among the p that take part in the doubling
-    if (r < 2 * extra) {
-      if (r % 2 == 0) {
-        Request s = Request::make_send(r + 1, call.tag, in, bytes);
-        mesh.post(s);
-        mesh.wait(s, call.deadline);
-        Request q = Request::make_recv(r + 1, call.tag, out, bytes);
-        mesh.post(q);
-        mesh.wait(q, call.deadline);
-        return;
-      }
-      Request q = Request::make_recv_reduce(r - 1, call.tag, out, in, c, dt, op);
-      mesh.post(q);
-      mesh.wait(q, call.deadline);
-      cur = out;
-      vr = r / 2;
-    }
+    const auto fold = detail::fold_to_pow2(call, mesh, in, out, c, dt, op);
+    if (!fold) return;  // this rank's input went to its neighbour, the result came back
+    const std::byte* cur = fold->cur;
     // Ping-pong between `out` and scratch: a step reads `cur` (which is also being sent)
     // and writes the other buffer.
     std::byte* spare = ctx.scratch.get(bytes);
-    for (int mask = 1; mask < p; mask <<= 1) {
-      const int pv = vr ^ mask;
-      const int peer = pv < extra ? 2 * pv + 1 : pv + extra;
+    for (int mask = 1; mask < fold->p; mask <<= 1) {
+      const int peer = fold->real(fold->vr ^ mask);
       std::byte* target = cur == out ? spare : out;
       Request s = Request::make_send(peer, call.tag, cur, bytes);
       Request q = Request::make_recv_reduce(peer, call.tag, target, cur, c, dt, op);
@@ -62,11 +42,7 @@ class RecursiveDoubling final : public Algorithm {
     }
     detail::copy_bytes(out, cur, bytes);
     if (call.op == ReduceOp::avg) core::divide(out, c, dt, n);
-    if (r < 2 * extra) {
-      Request s = Request::make_send(r - 1, call.tag, out, bytes);
-      mesh.post(s);
-      mesh.wait(s, call.deadline);
-    }
+    detail::unfold_from_pow2(call, mesh, *fold, out, bytes);
   }
 };
 

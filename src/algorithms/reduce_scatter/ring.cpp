@@ -16,52 +16,32 @@ namespace detail {
 void ring_reduce_scatter(const Call& call, Context& ctx, DataType dt, const std::byte* in,
                          std::byte* work, std::byte* mine, std::span<const std::size_t> off) {
   transport::Mesh& mesh = ctx.mesh;
-  const int n = mesh.size();
-  const int r = mesh.rank();
   const std::size_t es = dtype_size(dt);
-  const auto size_of = [&](int b) { return off[b + 1] - off[b]; };
-  if (n == 1) {
-    copy_bytes(mine, in + off[0] * es, size_of(0) * es);
+  RingSteps ring(ctx, dt, off, 1);
+  if (ring.n == 1) {
+    copy_bytes(mine, in + off[0] * es, ring.size_of(0) * es);
     return;
   }
-  const std::size_t ce = chunk_elems(ctx, dt);
-  const int left = mod(r - 1, n);
-  const int right = mod(r + 1, n);
   const ReduceOp op = wire_op(call.op);
-  const auto send_block = [&](int s) { return mod(r - s - 1, n); };
-  const auto recv_block = [&](int s) { return mod(r - s - 2, n); };
-
-  std::size_t nrecv = 0;
-  std::size_t nsend = 0;
-  for (int s = 0; s < n - 1; ++s) {
-    nrecv += chunks_of(size_of(recv_block(s)), ce);
-    nsend += chunks_of(size_of(send_block(s)), ce);
-  }
-  Batch recvs(mesh, nrecv);
-  Batch sends(mesh, nsend);
-  std::vector<std::size_t> first_recv(static_cast<std::size_t>(n));
-  for (int s = 0; s < n - 1; ++s) {
-    const int b = recv_block(s);
-    first_recv[static_cast<std::size_t>(s)] = recvs.size();
-    const bool last = s == n - 2;  // block r itself: the result goes to `mine`
-    for (std::size_t e = 0; e < size_of(b); e += ce) {
-      const std::size_t m = std::min(ce, size_of(b) - e);
-      std::byte* dst = last ? mine + e * es : work + (off[b] + e) * es;
-      recvs.post(Request::make_recv_reduce(left, call.tag, dst, in + (off[b] + e) * es, m, dt, op));
-    }
-  }
-  for (int s = 0; s < n - 1; ++s) {
-    const int b = send_block(s);
+  Batch recvs(mesh, ring.recv_chunks());
+  Batch sends(mesh, ring.send_chunks());
+  ring.post_receives(recvs, [&](int s, int b, std::size_t e, std::size_t m) {
+    const bool last = s == ring.n - 2;  // block r itself: the result goes to `mine`
+    std::byte* dst = last ? mine + e * es : work + (off[b] + e) * es;
+    return Request::make_recv_reduce(ring.left, call.tag, dst, in + (off[b] + e) * es, m, dt, op);
+  });
+  for (int s = 0; s < ring.n - 1; ++s) {
+    const int b = ring.send_block(s);
     std::size_t k = 0;
-    for (std::size_t e = 0; e < size_of(b); e += ce, ++k) {
-      const std::size_t m = std::min(ce, size_of(b) - e);
+    for (std::size_t e = 0; e < ring.size_of(b); e += ring.ce, ++k) {
+      const std::size_t m = std::min(ring.ce, ring.size_of(b) - e);
       const std::byte* src = in + (off[b] + e) * es;
       if (s > 0) {
         // Block b was the one received (and reduced) in step s-1, chunked the same way.
-        mesh.wait(recvs[first_recv[static_cast<std::size_t>(s - 1)] + k], call.deadline);
+        ring.wait_received(recvs, s - 1, k, call.deadline);
         src = work + (off[b] + e) * es;
       }
-      sends.post(Request::make_send(right, call.tag, src, m * es));
+      sends.post(Request::make_send(ring.right, call.tag, src, m * es));
     }
   }
   wait_all(mesh, {&recvs, &sends}, call.deadline);

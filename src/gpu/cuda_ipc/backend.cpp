@@ -53,6 +53,22 @@ std::byte* at(void* p, std::size_t bytes) {
   return static_cast<std::byte*>(p) + bytes;
 }
 
+// The staged collectives' loop: `n` elements in chunks of `chunk`; stage(off, m) fills this
+// rank's staging with chunk [off, off + m), a phase ends (every rank's staging is ready),
+// use(off, m) reads the peers' staging, and a phase ends (no staging is rewritten before every
+// peer has read it).
+template <class Stage, class Use>
+void in_chunks(Context& ctx, const algorithms::Call& c, const std::string& what, std::size_t n,
+               std::size_t chunk, Stage&& stage, Use&& use) {
+  for (std::size_t off = 0; off < n; off += chunk) {
+    const std::size_t m = std::min(chunk, n - off);
+    stage(off, m);
+    ctx.end_phase(c.deadline, what);
+    use(off, m);
+    ctx.end_phase(c.deadline, what);
+  }
+}
+
 std::string describe_call(const algorithms::Call& c, Device device) {
   const BufferView& b = c.in.count > 0 ? c.in : c.out;
   return fmt::format("CUDA IPC {} #{} ({} x {} on {})", to_string(c.kind), c.seq,
@@ -305,6 +321,8 @@ void Backend::allreduce(const algorithms::Call& c, const std::string& what) {
   const std::size_t n = c.out.count;
   const std::size_t chunk = kHalfBytes / es;
   const int size = ctx_->size();
+  // Three steps a chunk (stage, reduce a slice, copy every slice) in two phases: a chunk's
+  // staging may be refilled while the peers copy the previous chunk's output slices.
   for (std::size_t off = 0; off < n; off += chunk) {
     const std::size_t m = std::min(chunk, n - off);
     copy(ctx_->self().in(), at(c.in.data, off * es), m * es);
@@ -324,45 +342,46 @@ void Backend::allreduce(const algorithms::Call& c, const std::string& what) {
 void Backend::reduce(const algorithms::Call& c, const std::string& what) {
   const std::size_t es = dtype_size(c.in.dtype);
   const std::size_t n = c.in.count;
-  const std::size_t chunk = kHalfBytes / es;
-  for (std::size_t off = 0; off < n; off += chunk) {
-    const std::size_t m = std::min(chunk, n - off);
-    copy(ctx_->self().in(), at(c.in.data, off * es), m * es);
-    ctx_->end_phase(c.deadline, what);
-    if (ctx_->rank() == c.root) reduce_staged(at(c.out.data, off * es), 0, m, c);
-    ctx_->end_phase(c.deadline, what);
-  }
+  in_chunks(
+      *ctx_, c, what, n, kHalfBytes / es,
+      [&](std::size_t off, std::size_t m) {
+        copy(ctx_->self().in(), at(c.in.data, off * es), m * es);
+      },
+      [&](std::size_t off, std::size_t m) {
+        if (ctx_->rank() == c.root) reduce_staged(at(c.out.data, off * es), 0, m, c);
+      });
 }
 
 void Backend::reduce_scatter(const algorithms::Call& c, const std::string& what) {
   const std::size_t es = dtype_size(c.out.dtype);
   const std::size_t n = c.out.count;
   const auto size = static_cast<std::size_t>(ctx_->size());
-  const std::size_t chunk = kHalfBytes / (size * es);
-  for (std::size_t off = 0; off < n; off += chunk) {
-    const std::size_t m = std::min(chunk, n - off);
-    // Row p of the staged input: rank p's block of this chunk.
-    copy_rows(ctx_->self().in(), at(c.in.data, off * es), m * es, n * es, size);
-    ctx_->end_phase(c.deadline, what);
-    reduce_staged(at(c.out.data, off * es), static_cast<std::size_t>(ctx_->rank()) * m, m, c);
-    ctx_->end_phase(c.deadline, what);
-  }
+  in_chunks(
+      *ctx_, c, what, n, kHalfBytes / (size * es),
+      [&](std::size_t off, std::size_t m) {
+        // Row p of the staged input: rank p's block of this chunk.
+        copy_rows(ctx_->self().in(), at(c.in.data, off * es), m * es, n * es, size);
+      },
+      [&](std::size_t off, std::size_t m) {
+        reduce_staged(at(c.out.data, off * es), static_cast<std::size_t>(ctx_->rank()) * m, m, c);
+      });
 }
 
 void Backend::broadcast(const algorithms::Call& c, const std::string& what) {
   const std::size_t es = dtype_size(c.out.dtype);
   const std::size_t n = c.out.count;
-  const std::size_t chunk = kHalfBytes / es;
   const bool root = ctx_->rank() == c.root;
-  for (std::size_t off = 0; off < n; off += chunk) {
-    const std::size_t m = std::min(chunk, n - off);
-    if (root) copy(ctx_->self().in(), at(c.in.data, off * es), m * es);
-    ctx_->end_phase(c.deadline, what);
-    copy(at(c.out.data, off * es),
-         root ? at(c.in.data, off * es) : static_cast<const std::byte*>(ctx_->peer(c.root).in()),
-         m * es);
-    ctx_->end_phase(c.deadline, what);
-  }
+  in_chunks(
+      *ctx_, c, what, n, kHalfBytes / es,
+      [&](std::size_t off, std::size_t m) {
+        if (root) copy(ctx_->self().in(), at(c.in.data, off * es), m * es);
+      },
+      [&](std::size_t off, std::size_t m) {
+        copy(
+            at(c.out.data, off * es),
+            root ? at(c.in.data, off * es) : static_cast<const std::byte*>(ctx_->peer(c.root).in()),
+            m * es);
+      });
 }
 
 void Backend::allgather(const algorithms::Call& c, const std::string& what) {
@@ -383,47 +402,49 @@ void Backend::allgather(const algorithms::Call& c, const std::string& what) {
     const std::size_t have = counts[static_cast<std::size_t>(p)];
     return off < have ? std::min(chunk, have - off) : std::size_t{0};
   };
-  for (std::size_t off = 0; off < longest; off += chunk) {
-    copy(ctx_->self().in(), at(c.in.data, off * es), part(ctx_->rank(), off) * es);
-    ctx_->end_phase(c.deadline, what);
-    for (int p = 0; writes && p < size; ++p)
-      copy(at(c.out.data, (first[static_cast<std::size_t>(p)] + off) * es), ctx_->peer(p).in(),
-           part(p, off) * es);
-    ctx_->end_phase(c.deadline, what);
-  }
+  in_chunks(
+      *ctx_, c, what, longest, chunk,
+      [&](std::size_t off, std::size_t) {
+        copy(ctx_->self().in(), at(c.in.data, off * es), part(ctx_->rank(), off) * es);
+      },
+      [&](std::size_t off, std::size_t) {
+        for (int p = 0; writes && p < size; ++p)
+          copy(at(c.out.data, (first[static_cast<std::size_t>(p)] + off) * es), ctx_->peer(p).in(),
+               part(p, off) * es);
+      });
 }
 
 void Backend::scatter(const algorithms::Call& c, const std::string& what) {
   const std::size_t es = dtype_size(c.out.dtype);
   const std::size_t n = c.out.count;
   const auto size = static_cast<std::size_t>(ctx_->size());
-  const std::size_t chunk = kHalfBytes / (size * es);
-  for (std::size_t off = 0; off < n; off += chunk) {
-    const std::size_t m = std::min(chunk, n - off);
-    if (ctx_->rank() == c.root)
-      copy_rows(ctx_->self().in(), at(c.in.data, off * es), m * es, n * es, size);
-    ctx_->end_phase(c.deadline, what);
-    copy(at(c.out.data, off * es),
-         ctx_->peer(c.root).in() + static_cast<std::size_t>(ctx_->rank()) * m * es, m * es);
-    ctx_->end_phase(c.deadline, what);
-  }
+  in_chunks(
+      *ctx_, c, what, n, kHalfBytes / (size * es),
+      [&](std::size_t off, std::size_t m) {
+        if (ctx_->rank() == c.root)
+          copy_rows(ctx_->self().in(), at(c.in.data, off * es), m * es, n * es, size);
+      },
+      [&](std::size_t off, std::size_t m) {
+        copy(at(c.out.data, off * es),
+             ctx_->peer(c.root).in() + static_cast<std::size_t>(ctx_->rank()) * m * es, m * es);
+      });
 }
 
 void Backend::alltoall(const algorithms::Call& c, const std::string& what) {
   const std::size_t es = dtype_size(c.in.dtype);
   const auto size = static_cast<std::size_t>(ctx_->size());
   const std::size_t n = c.in.count / size;
-  const std::size_t chunk = kHalfBytes / (size * es);
   const auto me = static_cast<std::size_t>(ctx_->rank());
-  for (std::size_t off = 0; off < n; off += chunk) {
-    const std::size_t m = std::min(chunk, n - off);
-    copy_rows(ctx_->self().in(), at(c.in.data, off * es), m * es, n * es, size);
-    ctx_->end_phase(c.deadline, what);
-    for (std::size_t p = 0; p < size; ++p)
-      copy(at(c.out.data, (p * n + off) * es), ctx_->peer(static_cast<int>(p)).in() + me * m * es,
-           m * es);
-    ctx_->end_phase(c.deadline, what);
-  }
+  in_chunks(
+      *ctx_, c, what, n, kHalfBytes / (size * es),
+      [&](std::size_t off, std::size_t m) {
+        copy_rows(ctx_->self().in(), at(c.in.data, off * es), m * es, n * es, size);
+      },
+      [&](std::size_t off, std::size_t m) {
+        for (std::size_t p = 0; p < size; ++p)
+          copy(at(c.out.data, (p * n + off) * es),
+               ctx_->peer(static_cast<int>(p)).in() + me * m * es, m * es);
+      });
 }
 
 }  // namespace tandem::gpu::cuda_ipc
