@@ -32,7 +32,7 @@ constexpr std::size_t kBroadcastDirectBytes = 32u << 10;
 constexpr std::size_t kReduceSmallBytes = 64u << 10;  // below: tree
 // Result size; from here: direct (one copy from each peer's input: mapped when registered,
 // else by cross-memory attach), which leads the log-step algorithms and the ring from 16 KiB
-// (docs/benchmarks-large.md).
+// (docs/tuning.md).
 constexpr std::size_t kAllgatherDirectBytes = 16u << 10;
 constexpr std::size_t kReduceScatterSmallBytes = 64u << 10;  // input size; below: recursive_halving
 constexpr std::size_t kReduceScatterDirectBytes = 1u << 20;  // input size; from here: direct

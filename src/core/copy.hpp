@@ -2,7 +2,7 @@
 // Large copies. Above the last-level cache size a destination cannot stay cached for whoever
 // reads it next, and ordinary stores first read every destination line into the cache: a
 // third of the copy's memory traffic. Streaming (non-temporal) stores skip that read
-// (docs/benchmarks-small.md).
+// (docs/benchmarks-large.md#streaming-stores).
 
 #include <cstddef>
 

@@ -2,9 +2,9 @@
 """tandem's libraries and tools bind their dynamic symbols when they are loaded.
 
 The top-level CMakeLists.txt links every tandem binary with `-z now`: without it, a
-program's first collective of each kind ran the dynamic linker's lazy binder (about a
+program's first collective of each kind runs the dynamic linker's lazy binder (about a
 thousand instructions over cold symbol tables per PLT entry; docs/benchmarks-small.md,
-"Within 2x again"). This reads each binary's dynamic section with readelf and reports any that would
+first calls). This reads each binary's dynamic section with readelf and reports any that would
 bind lazily.
 
     bind_now.py READELF FILE...
