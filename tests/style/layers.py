@@ -61,6 +61,11 @@ def main():
         first = include.split("/", 1)[0]
         if quoted and "/" in include and first in rank:
             return ("private", first)
+        if quoted and ".." in include.split("/"):  # a path around the include roots
+            target = os.path.normpath(os.path.join(here_dir, include))
+            first = os.path.relpath(target, os.path.join(source, "src")).split(os.sep, 1)[0]
+            if first in rank:
+                return ("private", first)
         if quoted and "/" not in include and os.path.exists(os.path.join(here_dir, include)):
             return ("local", None)
         return None

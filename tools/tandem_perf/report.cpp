@@ -1,6 +1,6 @@
 #include "report.hpp"
 
-#include "core/net.hpp"
+#include "tools_api/net.hpp"
 
 #include <tandem/error.hpp>
 
@@ -74,7 +74,7 @@ Report::Report(Communicator& comm, const PerfOptions& options)
   RankInfo me;
   me.pid = ::getpid();
   me.local_rank = comm.local_rank();
-  const std::string host = net::local_host_name();
+  const std::string host = tools_api::local_host_name();
   std::memcpy(me.host.data(), host.data(), std::min(host.size(), me.host.size() - 1));
   std::vector<RankInfo> all(static_cast<std::size_t>(comm.size()));
   comm.allgather(BufferView::raw(&me, sizeof me, DataType::u8),

@@ -61,7 +61,7 @@ Runner::Runner(Communicator& comm, const PerfOptions& options)
   set_algorithm(options_.algorithm);
   capacity_ = (std::max<std::size_t>(options_.max_bytes, 64) + kAlign - 1) / kAlign * kAlign;
   if (options_.device != "cpu") {
-    device_ = open_device(options_.device, comm.local_rank());
+    device_ = tools_api::open_device(options_.device, comm.local_rank());
     a_ = static_cast<std::byte*>(device_->allocate(capacity_));
     b_ = static_cast<std::byte*>(device_->allocate(capacity_));
     zero(a_, capacity_);

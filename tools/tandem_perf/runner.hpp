@@ -2,8 +2,8 @@
 // Runs one collective at one size: warmup, timed back-to-back iterations (out-of-place, then
 // in-place), per-iteration times gathered once at the end, and one checked iteration.
 
-#include "device/memory.hpp"
 #include "options.hpp"
+#include "tools_api/device.hpp"
 
 #include <tandem/communicator.hpp>
 
@@ -104,7 +104,7 @@ class Runner {
   std::byte* a_ = nullptr;
   std::byte* b_ = nullptr;
   /// --device: the device memory behind a_ and b_, and their host mirrors for the checks.
-  std::unique_ptr<DeviceMemory> device_;
+  std::unique_ptr<tools_api::DeviceMemory> device_;
   std::unique_ptr<std::byte[], FreeDeleter> a_host_, b_host_;
 };
 

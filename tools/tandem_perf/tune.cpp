@@ -1,11 +1,8 @@
 #include "tune.hpp"
 
-#include "algorithms/algorithm.hpp"
-#include "comm/choice/policy.hpp"
-#include "comm/choice/tuning.hpp"
-#include "core/net.hpp"
 #include "runner.hpp"
-#include "transport/bootstrap.hpp"
+#include "tools_api/net.hpp"
+#include "tools_api/tuning.hpp"
 
 #include <tandem/error.hpp>
 
@@ -55,42 +52,17 @@ struct Point {
 
 struct Result {
   Bench bench = Bench::allreduce;
-  std::vector<const algorithms::Algorithm*> algorithms;
+  std::vector<std::string> algorithms;  ///< by name
   std::vector<Point> points;
   std::size_t wrong = 0;
 };
 
-std::uint64_t fnv1a(std::string_view s) noexcept {
-  std::uint64_t h = 14695981039346656037ull;
-  for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  return h;
-}
-
-/// The context the runtime computes from its mesh, rebuilt from what every rank says.
-comm::TuningContext context_of(Communicator& comm) {
-  auto mine = static_cast<std::int64_t>(fnv1a(transport::local_host_id()));
-  std::vector<std::int64_t> all(static_cast<std::size_t>(comm.size()));
-  comm.allgather(BufferView::of(std::span<std::int64_t>(&mine, 1)),
-                 BufferView::of(std::span<std::int64_t>(all)));
-  std::vector<std::string> ids;
-  std::vector<transport::Link> links;
-  for (int r = 0; r < comm.size(); ++r) {
-    ids.push_back(std::to_string(all[static_cast<std::size_t>(r)]));
-    const std::string_view t = comm.transport_to(r);
-    links.push_back(r == comm.rank() ? transport::Link::self
-                    : t == "shm"     ? transport::Link::shm
-                                     : transport::Link::tcp);
-  }
-  return comm::tuning_context(ids, comm.rank(), links);
-}
-
 Result measure(Communicator& comm, const PerfOptions& base, Bench bench) {
-  const auto& reg = algorithms::Registry::builtin();
   const CollectiveKind kind = kind_of(bench);
   const int world = comm.size();
   Result res;
   res.bench = bench;
-  res.algorithms = reg.of(kind);
+  res.algorithms = tools_api::algorithm_names(kind);
   PerfOptions o = base;
   o.bench = bench;
   o.in_place = tuned_in_place(bench);
@@ -104,24 +76,23 @@ Result measure(Communicator& comm, const PerfOptions& base, Bench bench) {
     Point p;
     p.bytes = runner.call_bytes(size, dtype);
     if (p.bytes == 0) continue;  // no element per rank
-    const algorithms::Call shape = comm::probe_call(kind, p.bytes, world);
-    const algorithms::Algorithm& builtin = reg.default_choice(shape, world);
+    const std::string builtin = tools_api::builtin_algorithm(kind, p.bytes, world);
     p.p50_us.assign(res.algorithms.size(), std::numeric_limits<double>::quiet_NaN());
     // Rounds interleave the algorithms, so that a burst of load on a shared machine
     // slows all of them rather than one: each round's median, then the median of those.
     std::vector<std::vector<double>> rounds(res.algorithms.size());
     for (int round = 0; round < kRounds; ++round) {
       for (std::size_t i = 0; i < res.algorithms.size(); ++i) {
-        const algorithms::Algorithm& a = *res.algorithms[i];
-        if (round == 0 && &a == &builtin) p.fallback = i;
-        if (!a.supports(shape, world)) continue;
-        runner.set_algorithm(std::string(a.name()));
+        const std::string& a = res.algorithms[i];
+        if (round == 0 && a == builtin) p.fallback = i;
+        if (!tools_api::algorithm_supports(kind, a, p.bytes, world)) continue;
+        runner.set_algorithm(a);
         const Row row = runner.run(size, dtype, op);
         const Measurement& m = o.in_place ? row.in_place : row.out_of_place;
         res.wrong += m.wrong;
         // A candidate that handed the call on (a direct algorithm, buffers not registered)
         // timed another algorithm: it may stay the built-in choice, not replace it.
-        if (m.algorithm != a.name() && &a != &builtin) continue;
+        if (m.algorithm != a && a != builtin) continue;
         rounds[i].push_back(m.p50_us);
       }
     }
@@ -171,7 +142,7 @@ struct Range {
 std::vector<Range> ranges_of(const Result& res) {
   std::vector<Range> out;
   for (const Point& p : res.points) {
-    const std::string_view name = res.algorithms[p.chosen]->name();
+    const std::string_view name = res.algorithms[p.chosen];
     const std::size_t from = out.empty() ? 0 : std::bit_floor(p.bytes);
     if (!out.empty() && out.back().algorithm == name) continue;
     if (!out.empty()) out.back().to = from;
@@ -185,33 +156,32 @@ std::string describe(const std::vector<Range>& ranges) {
   for (const Range& r : ranges) {
     if (!s.empty()) s += ", ";
     if (r.to == 0)
-      s += fmt::format("{}+ {}", comm::format_bytes(r.from), r.algorithm);
+      s += fmt::format("{}+ {}", tools_api::format_bytes(r.from), r.algorithm);
     else if (r.to / 2 <= r.from)
-      s += fmt::format("{} {}", comm::format_bytes(r.from), r.algorithm);
+      s += fmt::format("{} {}", tools_api::format_bytes(r.from), r.algorithm);
     else
-      s += fmt::format("{}-{} {}", comm::format_bytes(r.from), comm::format_bytes(r.to / 2),
-                       r.algorithm);
+      s += fmt::format("{}-{} {}", tools_api::format_bytes(r.from),
+                       tools_api::format_bytes(r.to / 2), r.algorithm);
   }
   return s;
 }
 
-void print_table(const Result& res, const comm::TuningContext& ctx, const PerfOptions& o) {
+void print_table(const Result& res, const tools_api::TuningContext& ctx, const PerfOptions& o) {
   std::printf(
       "#\n# %s on %s, %s, %s, in us: median of %d rounds, each the median "
       "over %d iterations of the slowest rank\n",
-      std::string(to_string(res.bench)).c_str(), comm::to_string(ctx).c_str(),
+      std::string(to_string(res.bench)).c_str(), tools_api::to_string(ctx).c_str(),
       std::string(to_string(o.dtypes.front())).c_str(),
       tuned_in_place(res.bench) ? "in place" : "out-of-place", kRounds, o.iters);
   std::string head = fmt::format("# {:>10}", "size");
-  for (const auto* a : res.algorithms) head += fmt::format(" {:>18}", a->name());
+  for (const std::string& a : res.algorithms) head += fmt::format(" {:>18}", a);
   head += fmt::format("  {:<18} {}", "built-in", "chosen");
   std::printf("%s\n", head.c_str());
   for (const Point& p : res.points) {
     std::string line = fmt::format("  {:>10}", p.bytes);
     for (double t : p.p50_us)
       line += std::isnan(t) ? fmt::format(" {:>18}", "-") : fmt::format(" {:>18.2f}", t);
-    line += fmt::format("  {:<18} {}", res.algorithms[p.fallback]->name(),
-                        res.algorithms[p.chosen]->name());
+    line += fmt::format("  {:<18} {}", res.algorithms[p.fallback], res.algorithms[p.chosen]);
     std::printf("%s\n", line.c_str());
   }
   std::printf("# %s: %s\n", std::string(to_string(res.bench)).c_str(),
@@ -227,14 +197,14 @@ std::string utc_now() {
   return buf;
 }
 
-Json entry_json(const std::vector<Result>& results, const comm::TuningContext& ctx,
+Json entry_json(const std::vector<Result>& results, const tools_api::TuningContext& ctx,
                 const PerfOptions& o, Communicator& comm) {
   Json context = {
       {"world_size", ctx.world_size},
       {"hosts", ctx.hosts},
       {"transport", ctx.transport},
       {"local_size", comm.local_size()},
-      {"host", net::local_host_name()},
+      {"host", tools_api::local_host_name()},
       {"dtype", std::string(to_string(o.dtypes.front()))},
       {"date", utc_now()},
       {"tandem_version", TANDEM_PERF_VERSION},
@@ -262,10 +232,10 @@ Json entry_json(const std::vector<Result>& results, const comm::TuningContext& c
       Json times = Json::object();
       for (std::size_t i = 0; i < p.p50_us.size(); ++i)
         if (!std::isnan(p.p50_us[i]))
-          times[std::string(res.algorithms[i]->name())] = std::round(p.p50_us[i] * 100) / 100;
+          times[res.algorithms[i]] = std::round(p.p50_us[i] * 100) / 100;
       points.push_back({{"bytes", p.bytes},
-                        {"built_in", std::string(res.algorithms[p.fallback]->name())},
-                        {"chosen", std::string(res.algorithms[p.chosen]->name())},
+                        {"built_in", res.algorithms[p.fallback]},
+                        {"chosen", res.algorithms[p.chosen]},
                         {"p50_us", std::move(times)}});
     }
     measurements[name] = std::move(points);
@@ -322,7 +292,7 @@ void write_file(const std::string& path, Json entry) {
   pretty(doc, 0, text);
   text += "\n";
   // What the runtime will read must pass its own checks.
-  comm::parse_tuning(text, path, algorithms::Registry::builtin());
+  tools_api::check_tuning_file(text, path);
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
@@ -340,12 +310,12 @@ void write_file(const std::string& path, Json entry) {
 
 int tune(Communicator& comm, const PerfOptions& options) {
   const bool print = comm.rank() == 0;
-  const comm::TuningContext ctx = context_of(comm);
+  const tools_api::TuningContext ctx = tools_api::tuning_context(comm);
   std::vector<Result> results;
   std::size_t wrong = 0;
   for (Bench b : kTunable) {
     if (options.collective_given ? b != options.bench
-                                 : algorithms::Registry::builtin().of(kind_of(b)).size() < 2)
+                                 : tools_api::algorithm_names(kind_of(b)).size() < 2)
       continue;
     results.push_back(measure(comm, options, b));
     choose(results.back(), options.tune_margin);
@@ -375,7 +345,7 @@ int tune(Communicator& comm, const PerfOptions& options) {
         "#\n# A choice leaves the built-in one only when it is more than %g %% faster, at two "
         "neighbouring sizes at least.\n"
         "# Tuning for %s written to %s; use it with TANDEM_TUNING_FILE=%s\n",
-        options.tune_margin * 100, comm::to_string(ctx).c_str(), options.tune_out.c_str(),
+        options.tune_margin * 100, tools_api::to_string(ctx).c_str(), options.tune_out.c_str(),
         options.tune_out.c_str());
   }
   comm.barrier();

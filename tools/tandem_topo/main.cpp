@@ -15,7 +15,7 @@
 
 namespace {
 
-namespace topo = tandem::topo;
+namespace tools_api = tandem::tools_api;
 using namespace tandem::tools::topo_tool;
 
 struct Options {
@@ -36,7 +36,7 @@ int usage_error(const std::string& message) {
 
 constexpr std::size_t kAllPairs = 8;
 
-Measurements measure(const topo::Topology& t, const RankPlan& plan, std::size_t bytes) {
+Measurements measure(const tools_api::Topology& t, const RankPlan& plan, std::size_t bytes) {
   Measurements m;
   m.done = true;
   m.bytes = bytes;
@@ -50,7 +50,7 @@ Measurements measure(const topo::Topology& t, const RankPlan& plan, std::size_t 
     for (std::size_t b = 0; b < n; ++b)
       if (n <= kAllPairs || a == 0 || b == 0 || a == b)
         m.pair_gbps[a][b] = pair_bandwidth(plan.binding.cpus[a], plan.binding.cpus[b], o);
-  for (const topo::NumaNode* node : t.cpu_nodes())
+  for (const tools_api::NumaNode* node : t.cpu_nodes())
     m.node_gbps.emplace_back(node->os_index, node_bandwidth(t, *node, o));
   return m;
 }
@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
 
-  const auto policy = topo::parse_cpu_bind(o.cpu_bind);
+  const auto policy = tools_api::parse_cpu_bind(o.cpu_bind);
   if (!policy)
     return usage_error(
         fmt::format("--cpu-bind '{}' is not a policy: use core, numa or none", o.cpu_bind));
@@ -105,13 +105,14 @@ int main(int argc, char** argv) {
     return usage_error("--measure measures this machine; it cannot be combined with --xml");
 
   try {
-    if (!o.save_xml.empty()) topo::save_xml(o.save_xml);
-    const topo::Topology t = o.xml.empty() ? topo::discover() : topo::from_xml(o.xml);
+    if (!o.save_xml.empty()) tools_api::save_xml(o.save_xml);
+    const tools_api::Topology t =
+        o.xml.empty() ? tools_api::discover() : tools_api::from_xml(o.xml);
     RankPlan plan;
     plan.nproc =
         o.nproc > 0 ? o.nproc : static_cast<int>(t.gpus.empty() ? t.cores.size() : t.gpus.size());
     plan.policy = *policy;
-    plan.binding = topo::bind_local_ranks(t, *policy, plan.nproc);
+    plan.binding = tools_api::bind_local_ranks(t, *policy, plan.nproc);
     plan.shm = !tandem::settings::get_bool("TANDEM_SHM_DISABLE");
     const Measurements m = o.measure ? measure(t, plan, *bytes) : Measurements{};
     if (o.json)

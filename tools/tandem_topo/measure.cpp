@@ -21,13 +21,13 @@ constexpr std::size_t kSlot = std::size_t{1} << 20;
 constexpr std::size_t kSlots = 4;
 constexpr auto kStall = std::chrono::seconds(60);
 
-void pin(const topo::CpuList& cpus) {
+void pin(const tools_api::CpuList& cpus) {
   cpu_set_t set;
   CPU_ZERO(&set);
   for (int c : cpus)
     if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &set);
   if (const int rc = ::pthread_setaffinity_np(::pthread_self(), sizeof(set), &set); rc != 0)
-    TANDEM_THROW(ErrorCode::Io, "cannot pin a thread to CPUs {}: {}", topo::to_string(cpus),
+    TANDEM_THROW(ErrorCode::Io, "cannot pin a thread to CPUs {}: {}", tools_api::to_string(cpus),
                  std::strerror(rc));
 }
 
@@ -65,7 +65,7 @@ struct Ring {
 class PinnedThread {
  public:
   template <typename F>
-  PinnedThread(const topo::CpuList& cpus, F f)
+  PinnedThread(const tools_api::CpuList& cpus, F f)
       : thread_([this, cpus, f]() mutable {
           try {
             pin(cpus);
@@ -91,7 +91,8 @@ class PinnedThread {
 
 }  // namespace
 
-double pair_bandwidth(const topo::CpuList& from, const topo::CpuList& to, const MeasureOptions& o) {
+double pair_bandwidth(const tools_api::CpuList& from, const tools_api::CpuList& to,
+                      const MeasureOptions& o) {
   const std::size_t chunks = std::max<std::size_t>(1, o.bytes / kSlot);
   const std::size_t total = chunks * static_cast<std::size_t>(o.passes + 1);
   if (from == to) {
@@ -150,17 +151,17 @@ double pair_bandwidth(const topo::CpuList& from, const topo::CpuList& to, const 
   return static_cast<double>((total - chunks) * kSlot) / seconds / 1e9;
 }
 
-double node_bandwidth(const topo::Topology& t, const topo::NumaNode& node,
+double node_bandwidth(const tools_api::Topology& t, const tools_api::NumaNode& node,
                       const MeasureOptions& o) {
-  std::vector<const topo::Core*> cores;
-  for (const topo::Core& c : t.cores)
+  std::vector<const tools_api::Core*> cores;
+  for (const tools_api::Core& c : t.cores)
     if (c.numa == node.os_index) cores.push_back(&c);
   if (cores.empty())
     TANDEM_THROW(ErrorCode::InvalidArgument, "NUMA node {} has no cores to measure from",
                  node.os_index);
   // Buffers of at least four times the node's caches, so that memory answers, not a cache.
   std::uint64_t cached = 0;
-  for (const topo::Cache& c : t.caches)
+  for (const tools_api::Cache& c : t.caches)
     if (std::includes(node.cpus.begin(), node.cpus.end(), c.cpus.begin(), c.cpus.end()))
       cached += c.size;
   const std::size_t per_thread =

@@ -9,19 +9,21 @@
 namespace tandem::tools::topo_tool {
 namespace {
 
-using topo::Device;
+using tools_api::TopoDevice;
 
+// The devices of the matrix, GPUs first, then NICs: the order of Topology::paths.
 struct Column {
   std::string label;
-  const Device* device;
+  const TopoDevice* device;
+  bool gpu;
 };
 
-std::vector<Column> columns(const topo::Topology& t) {
+std::vector<Column> columns(const tools_api::Topology& t) {
   std::vector<Column> out;
   for (std::size_t i = 0; i < t.gpus.size(); ++i)
-    out.push_back({fmt::format("GPU{}", i), &t.gpus[i]});
+    out.push_back({fmt::format("GPU{}", i), &t.gpus[i], true});
   for (std::size_t i = 0; i < t.nics.size(); ++i)
-    out.push_back({fmt::format("NIC{}", i), &t.nics[i]});
+    out.push_back({fmt::format("NIC{}", i), &t.nics[i], false});
   return out;
 }
 
@@ -38,15 +40,15 @@ std::string bytes_text(std::uint64_t b) {
   return fmt::format("{} KiB", b >> 10);
 }
 
-std::string summary(const topo::Topology& t) {
+std::string summary(const tools_api::Topology& t) {
   std::string s = fmt::format("Topology of {} ({}): {} NUMA node(s), {} core(s), {} CPU(s)\n",
                               t.hostname.empty() ? "?" : t.hostname, t.source, t.numa_nodes.size(),
-                              t.cores.size(), t.all_cpus().size());
-  for (const topo::NumaNode& n : t.numa_nodes)
+                              t.cores.size(), t.cpus.size());
+  for (const tools_api::NumaNode& n : t.numa_nodes)
     s += fmt::format("  NUMA node {}: CPUs {}, {} memory\n", n.os_index,
-                     n.cpus.empty() ? "none" : topo::to_string(n.cpus), bytes_text(n.memory));
+                     n.cpus.empty() ? "none" : tools_api::to_string(n.cpus), bytes_text(n.memory));
   std::map<std::pair<int, std::uint64_t>, int> caches;  // (level, size) -> count
-  for (const topo::Cache& c : t.caches) ++caches[{c.level, c.size}];
+  for (const tools_api::Cache& c : t.caches) ++caches[{c.level, c.size}];
   if (!caches.empty()) {
     s += "  caches:";
     for (const auto& [key, n] : caches)
@@ -62,7 +64,7 @@ std::string summary(const topo::Topology& t) {
                 t.gpus_without_driver > 0
                     ? fmt::format("; {} NVIDIA device(s) on PCI left out", t.gpus_without_driver)
                     : "");
-  s += fmt::format("  PCI devices: {}; GPUs: {} ({}); NICs: {}\n", t.pci.size(), t.gpus.size(),
+  s += fmt::format("  PCI devices: {}; GPUs: {} ({}); NICs: {}\n", t.pci_devices, t.gpus.size(),
                    gpus, t.nics.size());
   return s;
 }
@@ -71,18 +73,19 @@ std::string pad(const std::string& s, std::size_t w) {
   return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' ');
 }
 
-std::string device_matrix(const topo::Topology& t) {
+std::string device_matrix(const tools_api::Topology& t) {
   const auto cols = columns(t);
   if (cols.empty()) return "No GPUs or NICs on PCI: no device matrix.\n";
   std::size_t aff = 12;
-  for (const auto& c : cols) aff = std::max(aff, topo::to_string(c.device->cpus).size());
+  for (const auto& c : cols) aff = std::max(aff, tools_api::to_string(c.device->cpus).size());
   std::string s = pad("", 8);
   for (const auto& c : cols) s += pad(c.label, 8);
   s += pad("CPU Affinity", aff + 4) + "NUMA Affinity\n";
-  for (const auto& r : cols) {
-    s += pad(r.label, 8);
-    for (const auto& c : cols) s += pad(" " + topo::path_type(t, *r.device, *c.device).str(), 8);
-    s += pad(topo::to_string(r.device->cpus), aff + 4) + numa_text(r.device->numa) + "\n";
+  for (std::size_t a = 0; a < cols.size(); ++a) {
+    s += pad(cols[a].label, 8);
+    for (const std::string& path : t.paths[a]) s += pad(" " + path, 8);
+    s += pad(tools_api::to_string(cols[a].device->cpus), aff + 4) +
+         numa_text(cols[a].device->numa) + "\n";
   }
   s += "\nLegend:\n\n"
        "  X    = Self\n"
@@ -108,15 +111,15 @@ std::string device_matrix(const topo::Topology& t) {
   return s;
 }
 
-std::string rank_gpu(const topo::Topology& t, int r) {
+std::string rank_gpu(const tools_api::Topology& t, int r) {
   return static_cast<std::size_t>(r) < t.gpus.size() ? fmt::format("GPU{}", r) : "-";
 }
 
-std::string rank_matrix(const topo::Topology& t, const RankPlan& p) {
+std::string rank_matrix(const tools_api::Topology& t, const RankPlan& p) {
   std::string s = fmt::format("\nLocal ranks (--nproc-per-node {}, --cpu-bind {}):\n\n", p.nproc,
-                              topo::to_string(p.policy));
+                              tools_api::to_string(p.policy));
   std::size_t w = 8;
-  for (const auto& c : p.binding.cpus) w = std::max(w, topo::to_string(c).size());
+  for (const auto& c : p.binding.cpus) w = std::max(w, tools_api::to_string(c).size());
   s += pad("", 8);
   for (int b = 0; b < p.nproc; ++b) s += pad(fmt::format("rank{}", b), 8);
   s += pad("CPU set", w + 4) + pad("NUMA", 6) + "GPU\n";
@@ -124,8 +127,8 @@ std::string rank_matrix(const topo::Topology& t, const RankPlan& p) {
     s += pad(fmt::format("rank{}", a), 8);
     for (int b = 0; b < p.nproc; ++b) s += pad(" " + p.transport(a, b), 8);
     const auto ua = static_cast<std::size_t>(a);
-    s += pad(topo::to_string(p.binding.cpus[ua]), w + 4) + pad(numa_text(p.binding.numa[ua]), 6) +
-         rank_gpu(t, a) + "\n";
+    s += pad(tools_api::to_string(p.binding.cpus[ua]), w + 4) +
+         pad(numa_text(p.binding.numa[ua]), 6) + rank_gpu(t, a) + "\n";
   }
   s += "\n  shm  = shared memory between ranks of one host\n"
        "  tcp  = TCP over loopback (TANDEM_SHM_DISABLE=1)\n";
@@ -162,14 +165,12 @@ std::string measured(const RankPlan& p, const Measurements& m) {
   return s;
 }
 
-nlohmann::json device_json(const topo::Topology& t, const Device& d) {
-  return {{"name", d.name},
-          {"busid", d.busid},
-          {"numa", d.numa},
-          {"cpus", topo::to_string(d.cpus)},
-          {"bridges", d.bridges.size()},
-          {"kind", d.kind == topo::DeviceKind::gpu ? "gpu" : "nic"},
-          {"nvml", d.kind == topo::DeviceKind::gpu && t.nvml}};
+nlohmann::json device_json(const tools_api::Topology& t, const Column& c) {
+  const TopoDevice& d = *c.device;
+  return {{"name", d.name},         {"busid", d.busid},
+          {"numa", d.numa},         {"cpus", tools_api::to_string(d.cpus)},
+          {"bridges", d.bridges},   {"kind", c.gpu ? "gpu" : "nic"},
+          {"nvml", c.gpu && t.nvml}};
 }
 
 }  // namespace
@@ -179,7 +180,7 @@ std::string RankPlan::transport(int a, int b) const {
   return shm ? "shm" : "tcp";
 }
 
-std::string text_report(const topo::Topology& t, const RankPlan& plan, const Measurements& m) {
+std::string text_report(const tools_api::Topology& t, const RankPlan& plan, const Measurements& m) {
   const std::string padded =
       summary(t) + "\n" + device_matrix(t) + rank_matrix(t, plan) + measured(plan, m);
   std::string out;  // without the padding at the ends of lines
@@ -191,41 +192,39 @@ std::string text_report(const topo::Topology& t, const RankPlan& plan, const Mea
   return out;
 }
 
-nlohmann::json json_report(const topo::Topology& t, const RankPlan& p, const Measurements& m) {
+nlohmann::json json_report(const tools_api::Topology& t, const RankPlan& p, const Measurements& m) {
   nlohmann::json j;
   j["hostname"] = t.hostname;
   j["source"] = t.source;
   j["nvml"] = t.nvml;
-  j["cpus"] = topo::to_string(t.all_cpus());
+  j["cpus"] = tools_api::to_string(t.cpus);
   for (const auto& n : t.numa_nodes)
     j["numa_nodes"].push_back(
-        {{"os_index", n.os_index}, {"memory", n.memory}, {"cpus", topo::to_string(n.cpus)}});
+        {{"os_index", n.os_index}, {"memory", n.memory}, {"cpus", tools_api::to_string(n.cpus)}});
   for (const auto& c : t.cores)
     j["cores"].push_back(
-        {{"os_index", c.os_index}, {"numa", c.numa}, {"pus", topo::to_string(c.pus)}});
+        {{"os_index", c.os_index}, {"numa", c.numa}, {"pus", tools_api::to_string(c.pus)}});
   for (const auto& c : t.caches)
     j["caches"].push_back(
-        {{"level", c.level}, {"size", c.size}, {"cpus", topo::to_string(c.cpus)}});
+        {{"level", c.level}, {"size", c.size}, {"cpus", tools_api::to_string(c.cpus)}});
   const auto cols = columns(t);
   j["devices"] = nlohmann::json::array();
   j["paths"] = nlohmann::json::array();
-  for (const auto& r : cols) {
-    nlohmann::json d = device_json(t, *r.device);
-    d["label"] = r.label;
+  for (std::size_t a = 0; a < cols.size(); ++a) {
+    nlohmann::json d = device_json(t, cols[a]);
+    d["label"] = cols[a].label;
     j["devices"].push_back(d);
-    nlohmann::json row = nlohmann::json::array();
-    for (const auto& c : cols) row.push_back(topo::path_type(t, *r.device, *c.device).str());
-    j["paths"].push_back(row);
+    j["paths"].push_back(t.paths[a]);
   }
   nlohmann::json ranks;
   ranks["nproc_per_node"] = p.nproc;
-  ranks["cpu_bind"] = std::string(topo::to_string(p.policy));
+  ranks["cpu_bind"] = std::string(tools_api::to_string(p.policy));
   for (int a = 0; a < p.nproc; ++a) {
     const auto ua = static_cast<std::size_t>(a);
     nlohmann::json row = nlohmann::json::array();
     for (int b = 0; b < p.nproc; ++b) row.push_back(p.transport(a, b));
     ranks["transport"].push_back(row);
-    ranks["cpus"].push_back(topo::to_string(p.binding.cpus[ua]));
+    ranks["cpus"].push_back(tools_api::to_string(p.binding.cpus[ua]));
     ranks["numa"].push_back(p.binding.numa[ua]);
   }
   if (!p.binding.warning.empty()) ranks["warning"] = p.binding.warning;

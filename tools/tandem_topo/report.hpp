@@ -3,8 +3,7 @@
 // ranks (transport between each pair, CPU set of each), and what --measure found; as text or
 // as one JSON document.
 
-#include "topo/binding.hpp"
-#include "topo/topology.hpp"
+#include "tools_api/topology.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -15,8 +14,8 @@ namespace tandem::tools::topo_tool {
 
 struct RankPlan {
   int nproc = 0;
-  topo::CpuBind policy = topo::CpuBind::core;
-  topo::Binding binding;
+  tools_api::CpuBind policy = tools_api::CpuBind::core;
+  tools_api::Binding binding;
   bool shm = true;  ///< false: TANDEM_SHM_DISABLE=1, ranks talk over loopback TCP
   /// The transport between local ranks a and b ("X" for a == b).
   std::string transport(int a, int b) const;
@@ -29,7 +28,8 @@ struct Measurements {
   std::vector<std::pair<int, double>> node_gbps;  ///< (NUMA node, GB/s)
 };
 
-std::string text_report(const topo::Topology& t, const RankPlan& plan, const Measurements& m);
-nlohmann::json json_report(const topo::Topology& t, const RankPlan& plan, const Measurements& m);
+std::string text_report(const tools_api::Topology& t, const RankPlan& plan, const Measurements& m);
+nlohmann::json json_report(const tools_api::Topology& t, const RankPlan& plan,
+                           const Measurements& m);
 
 }  // namespace tandem::tools::topo_tool

@@ -71,7 +71,9 @@ double secs(std::chrono::milliseconds d) {
 }  // namespace
 
 Agent::Agent(const LaunchOptions& options, std::string program_path)
-    : options_(options), program_path_(std::move(program_path)), host_(net::local_host_name()) {
+    : options_(options),
+      program_path_(std::move(program_path)),
+      host_(tools_api::local_host_name()) {
   const sigset_t set = handled_signals();
   signal_fd_.reset(::signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC));
   if (!signal_fd_)

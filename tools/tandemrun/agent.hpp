@@ -6,12 +6,12 @@
 // elastic run (--nnodes MIN:MAX, MIN < MAX) a lost node (not node 0) or a node waiting to join
 // leads to a new round with the nodes there are, while at least MIN are.
 
-#include "core/net.hpp"
 #include "options.hpp"
 #include "records.hpp"
 #include "rendezvous.hpp"
 #include "session.hpp"
 #include "supervisor.hpp"
+#include "tools_api/net.hpp"
 #include "watcher.hpp"
 
 #include <map>
@@ -63,7 +63,7 @@ class Agent final : public RunLink {
   const LaunchOptions& options_;
   std::string program_path_;
   std::string host_;
-  net::Fd signal_fd_;
+  tools_api::Fd signal_fd_;
   std::unique_ptr<Session> session_;
   std::unique_ptr<Watcher> watcher_;
   Assignment assignment_;

@@ -4,7 +4,7 @@
 #include "output.hpp"
 #include "rendezvous.hpp"
 #include "session.hpp"
-#include "transport/bootstrap.hpp"
+#include "tools_api/net.hpp"
 
 #include <tandem/error.hpp>
 #include <tandem/settings.hpp>
@@ -51,12 +51,12 @@ std::vector<Line> local_checks(const LaunchOptions& o) {
   std::vector<Line> lines;
   lines.push_back({"version", "ok", "tandem " TANDEM_BUILD_VERSION});
   try {
-    const transport::IfnameSetting ifname = transport::socket_ifname_setting();
+    const tools_api::IfnameSetting ifname = tools_api::socket_ifname_setting();
     const bool several = o.multi_node();
     // As in a worker, whose MASTER_ADDR tandemrun sets: the route to it picks the interface.
     if (several) ::setenv("MASTER_ADDR", o.master_addr.c_str(), 1);
     const std::string address = ifname.list.empty() && !several ? std::string("127.0.0.1")
-                                                                : transport::choose_listen_address(
+                                                                : tools_api::choose_listen_address(
                                                                       ifname.list, ifname.variable);
     if (several && address.starts_with("127.")) {
       lines.push_back({"interface", "FAIL",
@@ -76,7 +76,7 @@ std::vector<Line> local_checks(const LaunchOptions& o) {
   }
   const auto buffsize = static_cast<std::size_t>(settings::get_bytes("TANDEM_BUFFSIZE"));
   const bool shm_off = settings::get_bool("TANDEM_SHM_DISABLE");
-  const std::size_t need = shm_off ? 0 : transport::shm_bytes_needed(o.nproc_per_node, buffsize);
+  const std::size_t need = shm_off ? 0 : tools_api::shm_bytes_needed(o.nproc_per_node, buffsize);
   struct statvfs fs {};
   if (need == 0) {
     lines.push_back({"shm", "ok", "no shared memory needed (one local rank, or shm disabled)"});
@@ -143,7 +143,7 @@ std::string_view check_advice() noexcept {
 
 int run_check(const LaunchOptions& options) {
   std::vector<Line> mine = local_checks(options);
-  const std::string host = net::local_host_name();
+  const std::string host = tools_api::local_host_name();
   const StoreRole role = store_role(options);
   std::unique_ptr<Session> session;
   try {

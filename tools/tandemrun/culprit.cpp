@@ -1,7 +1,6 @@
 #include "culprit.hpp"
 
-#include "comm/diag/monitor.hpp"
-#include "comm/diag/progress.hpp"
+#include "tools_api/progress.hpp"
 
 #include <fmt/format.h>
 
@@ -27,18 +26,18 @@ std::vector<std::string> collective_report(store::Store& store, int round, int w
   if (world_size <= 0) return {};
   const std::string prefix = fmt::format("tandem/r{}/world/", round);
   const auto n = static_cast<std::size_t>(world_size);
-  std::vector<std::optional<comm::ProgressRecord>> records(n);
+  std::vector<std::optional<tools_api::ProgressRecord>> records(n);
   std::vector<bool> failed_in_tandem(n, false);
   bool any = false;
   for (int r = 0; r < world_size; ++r) {
     const auto i = static_cast<std::size_t>(r);
-    if (auto text = read_key(store, prefix + comm::Monitor::flight_key(r))) {
-      records[i] = comm::ProgressRecord::decode(*text);
+    if (auto text = read_key(store, prefix + tools_api::flight_key(r))) {
+      records[i] = tools_api::decode_progress(*text);
       failed_in_tandem[i] = records[i].has_value();
     }
     if (!records[i]) {
-      if (auto text = read_key(store, prefix + comm::Monitor::progress_key(r)))
-        records[i] = comm::ProgressRecord::decode(*text);
+      if (auto text = read_key(store, prefix + tools_api::progress_key(r)))
+        records[i] = tools_api::decode_progress(*text);
     }
     any = any || records[i].has_value();
   }
@@ -54,7 +53,7 @@ std::vector<std::string> collective_report(store::Store& store, int round, int w
         lost[static_cast<std::size_t>(w.rank)] = true;
 
   std::vector<std::string> lines;
-  if (auto what = comm::diagnose(records, lost)) {
+  if (auto what = tools_api::diagnose(records, lost)) {
     lines.push_back(*what);
   } else {
     std::vector<std::string> each;

@@ -1,6 +1,6 @@
 #include "host_info.hpp"
 
-#include "core/net.hpp"
+#include "tools_api/net.hpp"
 #include "worker.hpp"
 
 #include <tandem/error.hpp>
@@ -50,8 +50,8 @@ std::optional<std::string> numeric(const sockaddr* sa) {
 std::set<std::string> resolve_all(const std::string& host) {
   std::set<std::string> out;
   try {
-    for (const auto& a : net::resolve(host, 0)) {
-      if (auto s = numeric(a.get())) out.insert(*s);
+    for (const sockaddr_storage& a : tools_api::resolve(host)) {
+      if (auto s = numeric(reinterpret_cast<const sockaddr*>(&a))) out.insert(*s);
     }
   } catch (const Error&) {
   }
@@ -74,7 +74,7 @@ std::string nvidia_smi_list() {
   char buf[4096];
   while (p.out && Clock::now() < deadline) {
     pollfd pfd{p.out.get(), POLLIN, 0};
-    ::poll(&pfd, 1, net::poll_timeout_ms(deadline));
+    ::poll(&pfd, 1, tools_api::poll_timeout_ms(deadline));
     const ssize_t n = ::read(p.out.get(), buf, sizeof buf);
     if (n > 0) {
       out.append(buf, static_cast<std::size_t>(n));

@@ -3,10 +3,10 @@
 // node of a multi-node run joins them into one run (see --help).
 #include "agent.hpp"
 #include "check.hpp"
-#include "core/trace.hpp"
 #include "options.hpp"
 #include "output.hpp"
 #include "supervisor.hpp"
+#include "tools_api/trace.hpp"
 #include "worker.hpp"
 
 #include <tandem/error.hpp>
@@ -31,7 +31,7 @@ void merge_trace() {
   try {
     file = tandem::settings::get_string("TANDEM_TRACE");
     if (file.empty()) return;
-    const auto parts = tandem::core::trace::merge_parts(file, true);
+    const auto parts = tandem::tools_api::merge_trace_parts(file, true);
     if (parts > 0)
       write_all(2, fmt::format("tandemrun: timeline of {} rank{} written to {} (open it in "
                                "ui.perfetto.dev or chrome://tracing)\n",
@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
   block_signals();
   try {
     if (argc == 3 && std::string_view(argv[1]) == "--merge-trace") {
-      const auto parts = tandem::core::trace::merge_parts(argv[2], true);
+      const auto parts = tandem::tools_api::merge_trace_parts(argv[2], true);
       if (parts == 0) {
         fail_line(fmt::format("no trace parts {}.rank<N>.json found", argv[2]));
         return 1;

@@ -1,7 +1,7 @@
 #include "options.hpp"
 
-#include "core/net.hpp"
 #include "host_info.hpp"
+#include "tools_api/net.hpp"
 
 #include <tandem/error.hpp>
 #include <tandem/settings.hpp>
@@ -387,7 +387,7 @@ void finish(const CLI::App& app, const Raw& raw, LaunchOptions& o) {
     o.devices = device_list(raw.selected_gpus, "--selected_gpus");
     o.paddle_devices = true;
   }
-  const auto bind = topo::parse_cpu_bind(raw.cpu_bind);
+  const auto bind = tools_api::parse_cpu_bind(raw.cpu_bind);
   if (!bind) {
     throw UsageError(fmt::format("--cpu-bind '{}' is not a binding policy: use core, numa or none",
                                  raw.cpu_bind));
@@ -414,9 +414,9 @@ void finish(const CLI::App& app, const Raw& raw, LaunchOptions& o) {
   }
   const bool addr_given = app.count("--master-addr") > 0;
   if (!raw.rdzv_endpoint.empty()) {
-    net::HostPort hp;
+    tools_api::HostPort hp;
     try {
-      hp = net::parse_host_port(raw.rdzv_endpoint, std::uint16_t{kMultiNodePort});
+      hp = tools_api::parse_host_port(raw.rdzv_endpoint, std::uint16_t{kMultiNodePort});
     } catch (const Error& e) {
       throw UsageError(fmt::format("--rdzv-endpoint: {}", e.message()));
     }
@@ -466,7 +466,7 @@ void finish(const CLI::App& app, const Raw& raw, LaunchOptions& o) {
   if (o.max_nodes == 1) o.node_rank = 0;
 
   if (!raw.master_port.empty()) {
-    const auto p = net::parse_port(raw.master_port, /*allow_zero=*/true);
+    const auto p = tools_api::parse_port(raw.master_port, /*allow_zero=*/true);
     if (!p)
       throw UsageError(
           fmt::format("--master-port '{}' is not a port number (0..65535)", raw.master_port));
@@ -489,7 +489,7 @@ void finish(const CLI::App& app, const Raw& raw, LaunchOptions& o) {
       }
     }
     if (!text.empty()) {
-      const auto p = net::parse_port(text);
+      const auto p = tools_api::parse_port(text);
       if (!p || *p + o.nproc_per_node - 1 > 65535)
         throw UsageError(
             fmt::format("{} '{}' is not a port from which {} worker port(s) fit below 65536",

@@ -4,7 +4,7 @@
 // LaunchOptions. Everything after PROGRAM belongs to
 // PROGRAM.
 
-#include "topo/binding.hpp"
+#include "tools_api/topology.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -37,7 +37,7 @@ struct LaunchOptions {
   /// --ips: node i's address (PADDLE_TRAINER_ENDPOINTS); empty when not given.
   std::vector<std::string> ips;
   /// --cpu-bind: the CPUs each local rank is bound to before exec (none: not bound).
-  topo::CpuBind cpu_bind = topo::CpuBind::none;
+  tools_api::CpuBind cpu_bind = tools_api::CpuBind::none;
 
   int min_nodes = 1;
   int max_nodes = 1;

@@ -1,6 +1,6 @@
 #include "rendezvous.hpp"
 
-#include "core/net.hpp"
+#include "tools_api/net.hpp"
 
 #include <tandem/error.hpp>
 #include <tandem/log.hpp>
@@ -83,8 +83,8 @@ std::vector<int> assign_node_ranks(const std::vector<Arrival>& arrivals) {
 // The workers' MASTER_PORT (PyTorch's rank 0 hosts its store there): reserved, and held by
 // the session until the next round, so that no other job started at the same moment gets it.
 std::uint16_t free_worker_port(const std::string& addr, Session& session) {
-  net::Fd fd = net::reserve_tcp_port(addr);
-  const auto port = net::bound_port(fd.get());
+  tools_api::Fd fd = tools_api::reserve_tcp_port(addr);
+  const auto port = tools_api::bound_port(fd.get());
   session.hold_worker_port(std::move(fd));
   return port;
 }
@@ -224,7 +224,7 @@ Assignment join_round(const LaunchOptions& options, Session& session, const Wait
   const Keys& keys = session.keys();
   const auto arrival = static_cast<int>(store.add(keys.joined(round), 1));
   store.set(keys.node(round, arrival), json{{"want", rules.want.value_or(-1)},
-                                            {"host", net::local_host_name()},
+                                            {"host", tools_api::local_host_name()},
                                             {"nproc", options.nproc_per_node},
                                             {"pid", static_cast<int>(::getpid())},
                                             {"hosts_store", session.hosts_store()}}

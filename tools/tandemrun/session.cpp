@@ -1,8 +1,8 @@
 #include "session.hpp"
 
-#include "core/net.hpp"
 #include "host_info.hpp"
 #include "rendezvous.hpp"
+#include "tools_api/net.hpp"
 
 #include <tandem/error.hpp>
 #include <tandem/log.hpp>
@@ -27,7 +27,7 @@ using namespace std::chrono_literals;
 
 std::string random_hex(std::size_t n) {
   std::string bytes(n, '\0');
-  net::Fd fd(::open("/dev/urandom", O_RDONLY | O_CLOEXEC));
+  tools_api::Fd fd(::open("/dev/urandom", O_RDONLY | O_CLOEXEC));
   if (!fd)
     TANDEM_THROW(ErrorCode::Io, "cannot open /dev/urandom: {}",
                  std::system_category().message(errno));
@@ -103,16 +103,16 @@ Session::~Session() = default;
 void Session::start_server(bool must) {
   // Binding here (port 0 = the kernel picks) and handing the listening socket to the server
   // reserves the port without a window in which another process could take it.
-  net::Fd listener;
+  tools_api::Fd listener;
   try {
-    listener = net::listen_tcp(options_.master_addr, options_.master_port);
+    listener = tools_api::listen_tcp(options_.master_addr, options_.master_port);
   } catch (const Error& e) {
     // Without --node-rank, a busy port on a local --master-addr may be node 0's store of this
     // very run (several nodes on one host): then this node joins it as a client.
     if (!must && e.message().find("already in use") != std::string::npos) return;
     throw;
   }
-  port_ = net::bound_port(listener.get());
+  port_ = tools_api::bound_port(listener.get());
   store::TcpStoreServerOptions so;
   so.bind_address = options_.master_addr;
   so.port = port_;
@@ -129,7 +129,7 @@ void Session::connect_client(const std::function<void()>& interrupted) {
   std::string last;
   while (server_ == nullptr) {
     try {
-      net::connect_tcp(options_.master_addr, port_, std::min(deadline, deadline_in(1s)));
+      tools_api::connect_tcp(options_.master_addr, port_, std::min(deadline, deadline_in(1s)));
       break;
     } catch (const Error& e) {
       last = e.message();
@@ -189,7 +189,7 @@ StoreRole store_role(const LaunchOptions& options) noexcept {
 }
 
 std::string Session::store_address() const {
-  return net::format_host_port(options_.master_addr, port_);
+  return tools_api::format_host_port(options_.master_addr, port_);
 }
 
 std::unique_ptr<store::TcpStore> Session::connect() const {
@@ -227,8 +227,8 @@ void Session::add_paddle_env(const Assignment& a, int local_rank,
   std::vector<std::string> endpoints;
   for (const NodeSlot& n : a.nodes)
     for (int i = 0; i < n.nproc; ++i)
-      endpoints.push_back(
-          net::format_host_port(host(n.node), static_cast<std::uint16_t>(options_.start_port + i)));
+      endpoints.push_back(tools_api::format_host_port(
+          host(n.node), static_cast<std::uint16_t>(options_.start_port + i)));
   const auto rank = static_cast<std::size_t>(me.first_rank + local_rank);
   const std::string world = std::to_string(a.world_size);
   set.emplace_back("PADDLE_TRAINER_ID", std::to_string(rank));
@@ -241,7 +241,7 @@ void Session::add_paddle_env(const Assignment& a, int local_rank,
   set.emplace_back("PADDLE_LOCAL_RANK", std::to_string(local_rank));
   set.emplace_back("PADDLE_LOCAL_SIZE", std::to_string(me.nproc));
   set.emplace_back("PADDLE_NNODES", std::to_string(a.nnodes()));
-  set.emplace_back("PADDLE_MASTER", net::format_host_port(a.master_addr, a.master_port));
+  set.emplace_back("PADDLE_MASTER", tools_api::format_host_port(a.master_addr, a.master_port));
   if (options_.devices.empty()) {
     set.emplace_back("PADDLE_DISTRI_BACKEND", "gloo");  // Paddle's choice without devices
   } else {

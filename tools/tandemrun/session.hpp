@@ -3,8 +3,8 @@
 // here on node 0, reached as a client everywhere), the run id all nodes agree on, the store
 // keys of the run, and the clean-up of what the run leaves on this host.
 
-#include "core/net.hpp"
 #include "options.hpp"
+#include "tools_api/net.hpp"
 
 #include <tandem/store.hpp>
 
@@ -74,7 +74,7 @@ class Session {
   /// The complete environment of local worker `local_rank` in a round.
   std::vector<std::string> worker_env(const Assignment& a, int local_rank) const;
   /// Keeps the reservation of the workers' MASTER_PORT (node 0) until the next one.
-  void hold_worker_port(net::Fd fd) { worker_port_ = std::move(fd); }
+  void hold_worker_port(tools_api::Fd fd) { worker_port_ = std::move(fd); }
 
   /// Creates LOG_DIR/RUN_ID/ and returns the path of rank `rank`'s log file there, or with
   /// --log_dir (Paddle's layout) DIR/workerlog.<local_rank>; empty without either. Throws
@@ -96,7 +96,7 @@ class Session {
   std::string run_id_;
   std::string token_;
   std::uint16_t port_ = 0;
-  net::Fd worker_port_;
+  tools_api::Fd worker_port_;
   Keys keys_;
   std::unique_ptr<store::TcpStoreServer> server_;
   std::unique_ptr<store::TcpStore> client_;

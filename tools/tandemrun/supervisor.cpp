@@ -2,7 +2,7 @@
 
 #include "rendezvous.hpp"
 #include "session.hpp"
-#include "topo/binding.hpp"
+#include "tools_api/topology.hpp"
 #include "worker.hpp"
 
 #include <tandem/error.hpp>
@@ -93,7 +93,7 @@ Supervisor::Supervisor(const LaunchOptions& options, const Session& session,
       program_path_(std::move(program_path)),
       signal_fd_(signal_fd),
       link_(link),
-      host_(net::local_host_name()) {}
+      host_(tools_api::local_host_name()) {}
 
 Supervisor::~Supervisor() {
   // Only reached with workers still running when something threw: leave none behind.
@@ -115,9 +115,9 @@ RoundResult Supervisor::run() {
 void Supervisor::start_workers() {
   const NodeSlot& me = assignment_.self();
   workers_.reserve(static_cast<std::size_t>(me.nproc));
-  topo::Binding binding;
-  if (options_.cpu_bind != topo::CpuBind::none) {
-    binding = topo::bind_local_ranks(topo::discover(), options_.cpu_bind, me.nproc);
+  tools_api::Binding binding;
+  if (options_.cpu_bind != tools_api::CpuBind::none) {
+    binding = tools_api::bind_local_ranks(tools_api::discover(), options_.cpu_bind, me.nproc);
     if (!binding.warning.empty()) TANDEM_WARN(run, "tandemrun: {}", binding.warning);
   }
   for (int local = 0; local < me.nproc; ++local) {
@@ -144,7 +144,7 @@ void Supervisor::start_workers() {
                                           &w->tail);
 
     const auto cpus =
-        binding.cpus.empty() ? topo::CpuList{} : binding.cpus[static_cast<std::size_t>(local)];
+        binding.cpus.empty() ? tools_api::CpuList{} : binding.cpus[static_cast<std::size_t>(local)];
     auto command = options_.command;
     if (options_.pass_local_rank) command.push_back(fmt::format("--local_rank={}", local));
     SpawnedWorker s =
@@ -159,9 +159,9 @@ void Supervisor::start_workers() {
     if (!cpus.empty()) {
       const int numa = binding.numa[static_cast<std::size_t>(local)];
       TANDEM_INFO(run, "tandemrun: rank {} (local rank {}) bound to CPUs {} ({}, --cpu-bind {})",
-                  w->rank, local, topo::to_string(cpus),
+                  w->rank, local, tools_api::to_string(cpus),
                   numa < 0 ? "several NUMA nodes" : fmt::format("NUMA node {}", numa),
-                  topo::to_string(options_.cpu_bind));
+                  tools_api::to_string(options_.cpu_bind));
     }
     workers_.push_back(std::move(w));
     // A signal, or the end of the round elsewhere, while starting: stop rather than start
@@ -246,7 +246,7 @@ void Supervisor::loop() {
     if (stopping_ && !killed_) next = std::min(next, kill_at_);
     if (killed_) next = std::min(next, give_up_at_);
     if (!prompt) next = std::min(next, output_at);
-    const int rc = ::poll(pfds.data(), pfds.size(), net::poll_timeout_ms(next));
+    const int rc = ::poll(pfds.data(), pfds.size(), tools_api::poll_timeout_ms(next));
     if (rc < 0 && errno != EINTR)
       TANDEM_THROW(ErrorCode::Io, "poll failed: {}", std::system_category().message(errno));
     if (rc <= 0) continue;
@@ -267,7 +267,7 @@ void Supervisor::loop() {
 
 bool Supervisor::read_stream(Worker& w, bool err) {
   std::array<char, std::size_t{64} * 1024> buf;
-  net::Fd& fd = err ? w.err_fd : w.out_fd;
+  tools_api::Fd& fd = err ? w.err_fd : w.out_fd;
   LineStream& stream = err ? *w.err : *w.out;
   const ssize_t n = ::read(fd.get(), buf.data(), buf.size());
   if (n > 0) {

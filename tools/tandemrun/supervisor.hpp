@@ -5,10 +5,10 @@
 // every local worker (the signal, then SIGKILL after the grace period). The round's end is
 // agreed through the RunLink (the store), and the outcome is this node's report.
 
-#include "core/net.hpp"
 #include "options.hpp"
 #include "output.hpp"
 #include "records.hpp"
+#include "tools_api/net.hpp"
 #include "watcher.hpp"
 
 #include <tandem/types.hpp>
@@ -55,8 +55,8 @@ struct Worker {
   int rank = 0;
   int local_rank = 0;
   pid_t pid = -1;
-  net::Fd out_fd, err_fd;
-  net::Fd log_fd;
+  tools_api::Fd out_fd, err_fd;
+  tools_api::Fd log_fd;
   Tail tail;
   std::unique_ptr<LineStream> out, err;
 

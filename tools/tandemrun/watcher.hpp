@@ -6,8 +6,8 @@
 // next round and ends the current one for them. What it sees becomes events, signalled through
 // an eventfd that the supervisor polls with everything else.
 
-#include "core/net.hpp"
 #include "session.hpp"
+#include "tools_api/net.hpp"
 
 #include <tandem/store.hpp>
 #include <tandem/types.hpp>
@@ -82,7 +82,7 @@ class Watcher {
   };
   std::map<int, Peer> peers_;  // watcher thread only
 
-  net::Fd event_fd_;
+  tools_api::Fd event_fd_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<WatchEvent> events_;

@@ -149,14 +149,14 @@ SpawnedWorker spawn_worker(const std::string& path, const std::vector<std::strin
     CPU_SET(c, &cpu_set);
   }
 
-  net::Fd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  tools_api::Fd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (!devnull)
     TANDEM_THROW(ErrorCode::Io, "cannot open /dev/null: {}", std::system_category().message(errno));
   int out[2], err[2];
   pipe_cloexec(out);
-  net::Fd out_r(out[0]), out_w(out[1]);
+  tools_api::Fd out_r(out[0]), out_w(out[1]);
   pipe_cloexec(err);
-  net::Fd err_r(err[0]), err_w(err[1]);
+  tools_api::Fd err_r(err[0]), err_w(err[1]);
 
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
@@ -174,8 +174,8 @@ SpawnedWorker spawn_worker(const std::string& path, const std::vector<std::strin
   w.pid = pid;
   w.out = std::move(out_r);
   w.err = std::move(err_r);
-  net::set_nonblocking(w.out.get());
-  net::set_nonblocking(w.err.get());
+  tools_api::set_nonblocking(w.out.get());
+  tools_api::set_nonblocking(w.err.get());
   return w;
 }
 

@@ -4,7 +4,7 @@
 // reaches tandemrun only, which forwards it exactly once to each group), and with
 // PR_SET_PDEATHSIG=SIGKILL so that no worker outlives tandemrun.
 
-#include "core/net.hpp"
+#include "tools_api/net.hpp"
 
 #include <string>
 #include <sys/types.h>
@@ -26,8 +26,8 @@ std::string resolve_program(const std::string& name);
 /// A started worker: its pid (also its process group id) and the read ends of its pipes.
 struct SpawnedWorker {
   pid_t pid = -1;
-  net::Fd out;
-  net::Fd err;
+  tools_api::Fd out;
+  tools_api::Fd err;
 };
 
 /// Starts `path` with `argv` and exactly the environment `env` ("NAME=value" each). The

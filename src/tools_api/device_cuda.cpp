@@ -1,6 +1,5 @@
 #include "gpu/cuda.hpp"
-
-#include "device/memory.hpp"
+#include "tools_api/device.hpp"
 
 #include <tandem/error.hpp>
 
@@ -12,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-namespace tandem::tools::perf {
+namespace tandem::tools_api {
 namespace {
 
 class CudaMemory final : public DeviceMemory {
@@ -81,4 +80,4 @@ std::unique_ptr<DeviceMemory> open_device(std::string_view spec, int local_rank)
   return std::make_unique<CudaMemory>(Device::cuda(index));
 }
 
-}  // namespace tandem::tools::perf
+}  // namespace tandem::tools_api

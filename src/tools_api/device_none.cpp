@@ -1,8 +1,8 @@
-#include "device/memory.hpp"
+#include "tools_api/device.hpp"
 
 #include <tandem/error.hpp>
 
-namespace tandem::tools::perf {
+namespace tandem::tools_api {
 
 std::unique_ptr<DeviceMemory> open_device(std::string_view spec, int) {
   TANDEM_THROW(ErrorCode::InvalidArgument,
@@ -11,4 +11,4 @@ std::unique_ptr<DeviceMemory> open_device(std::string_view spec, int) {
                spec);
 }
 
-}  // namespace tandem::tools::perf
+}  // namespace tandem::tools_api
