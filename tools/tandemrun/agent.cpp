@@ -112,14 +112,34 @@ int Agent::run() {
 }
 
 int Agent::run_rounds() {
-  const bool elastic = options_.elastic();
   RoundRules rules{
       .min_nodes = options_.min_nodes, .max_nodes = options_.max_nodes, .want = options_.node_rank};
+  if (const auto code = enter_run(rules)) return *code;
+  for (;; ++round_) {
+    if (const auto code = join(rules)) return *code;
+    if (!assignment_.admitted()) {
+      note_waiting(round_, assignment_.nnodes());
+      waiting_ = true;
+      rules.want.reset();
+      continue;
+    }
+    start_round(rules);
+    if (const auto code = watch()) return *code;
+    RoundResult r;
+    if (const auto code = supervise(r)) return *code;
+    session_->remove_shm_segments();
+    if (!r.cut_off.empty() || !r.end) return cut_off_exit(r.cut_off, r.report);
+    if (r.end->kind == RoundEnd::Kind::success) return finish(0);
+    if (const auto code = agree_on_restart(r, rules)) return *code;
+  }
+}
+
+std::optional<int> Agent::enter_run(RoundRules& rules) {
   assignment_.node_rank = options_.node_rank.value_or(-1);
   round_ = 0;
   try {
     // A node that starts while an elastic run is under way joins its next round.
-    if (elastic && !session_->hosts_store()) round_ = next_open_round(*session_);
+    if (options_.elastic() && !session_->hosts_store()) round_ = next_open_round(*session_);
   } catch (const std::exception& e) {
     note(fmt::format("cannot read the run's state from the store at {}: {}",
                      session_->store_address(), e.what()));
@@ -130,124 +150,128 @@ int Agent::run_rounds() {
     note_waiting(round_ - 1, round_size(*session_, round_ - 1));
   }
   waiting_ = round_ > 0;
-  for (;; ++round_) {
-    try {
-      abort_key_ = session_->keys().end(round_);
-      assignment_ = join_round(
-          options_, *session_,
-          [this](const std::vector<std::string>& k, Deadline d) { return wait_keys(k, d); }, round_,
-          rules);
-      abort_key_.clear();
-    } catch (const RendezvousError& e) {
-      note(e.what());
-      note(check_advice());
-      return 1;
-    } catch (const RoundAborted& e) {
-      note(fmt::format("{}: stopping", e.what()));
-      return e.end.kind == RoundEnd::Kind::shutdown ? 128 + e.end.signal : 1;
-    } catch (const RunOver& e) {
-      note(fmt::format("the run ended ({}) before this node was admitted", e.what()));
-      return e.exit_code;
-    } catch (const Interrupted& i) {
-      try {
-        publish_shutdown(i.signal);
-      } catch (const Error&) {
-      }
-      note(fmt::format("received {} while the nodes joined round {}: exiting", i.what(), round_));
-      return 128 + i.signal;
-    } catch (const CutOff& e) {
-      note(e.what());
-      return 1;
-    } catch (const Error& e) {
-      note(fmt::format("rendezvous through the store at {} failed: {}{}", session_->store_address(),
-                       e.message(),
-                       waiting_ ? " (the run may have ended before this node was admitted)" : ""));
-      return 1;
-    }
-    if (!assignment_.admitted()) {
-      note_waiting(round_, assignment_.nnodes());
-      waiting_ = true;
-      rules.want.reset();
-      continue;
-    }
-    waiting_ = false;
-    rules.want = assignment_.node_rank;  // orders the next round's nodes
-    if (!elastic) rules.min_nodes = rules.max_nodes = assignment_.nnodes();
-    lost_nodes_.clear();
-    lost_hosts_.clear();
-    TANDEM_INFO(run, "tandemrun: round {}: node {} of {}, ranks {}..{} of {}", round_,
-                assignment_.node_rank, assignment_.nnodes(), assignment_.self().first_rank,
-                assignment_.self().first_rank + assignment_.self().nproc - 1,
-                assignment_.world_size);
-    if (elastic) {
-      note(fmt::format("round {}: {} node(s), world size {}; this is node {} (ranks {}..{})",
-                       round_, assignment_.nnodes(), assignment_.world_size, assignment_.node_rank,
-                       assignment_.self().first_rank,
-                       assignment_.self().first_rank + assignment_.self().nproc - 1));
-    }
-    try {
-      if (!watcher_) {
-        start_watcher();
-      } else {
-        watcher_->set_peers(assignment_.node_rank, watched_peers());
-      }
-    } catch (const Error& e) {
-      note(fmt::format("cannot watch the run: {}", e.message()));
-      return 1;
-    }
-    watcher_->watch_round(round_,
-                          elastic && coordinator() && assignment_.nnodes() < options_.max_nodes);
+  return std::nullopt;
+}
 
-    RoundResult r;
+std::optional<int> Agent::join(const RoundRules& rules) {
+  try {
+    abort_key_ = session_->keys().end(round_);
+    assignment_ = join_round(
+        options_, *session_,
+        [this](const std::vector<std::string>& k, Deadline d) { return wait_keys(k, d); }, round_,
+        rules);
+    abort_key_.clear();
+  } catch (const RendezvousError& e) {
+    note(e.what());
+    note(check_advice());
+    return 1;
+  } catch (const RoundAborted& e) {
+    note(fmt::format("{}: stopping", e.what()));
+    return e.end.kind == RoundEnd::Kind::shutdown ? 128 + e.end.signal : 1;
+  } catch (const RunOver& e) {
+    note(fmt::format("the run ended ({}) before this node was admitted", e.what()));
+    return e.exit_code;
+  } catch (const Interrupted& i) {
     try {
-      Supervisor supervisor(options_, *session_, assignment_, program_path_, signal_fd_.get(),
-                            *this);
-      r = supervisor.run();
-    } catch (const Error& e) {
-      note(e.message());
-      RoundEnd end;
-      end.node = assignment_.node_rank;
-      end.host = host_;
-      end.what = fmt::format("its tandemrun failed: {}", e.message());
-      try {
-        publish_failure(end);
-      } catch (const Error&) {
-      }
-      return 1;
+      publish_shutdown(i.signal);
+    } catch (const Error&) {
     }
-    session_->remove_shm_segments();
-    if (!r.cut_off.empty() || !r.end) return cut_off_exit(r.cut_off, r.report);
-    if (r.end->kind == RoundEnd::Kind::success) return finish(0);
-
-    Verdict v;
-    try {
-      session_->store().set(session_->keys().report(round_, assignment_.node_rank),
-                            r.report.to_json());
-      v = coordinator() ? coordinate_verdict(*r.end, r.report) : await_verdict();
-    } catch (const Interrupted& i) {
-      note(fmt::format("received {} while the nodes agreed on how round {} ended: exiting",
-                       i.what(), round_));
-      return 128 + i.signal;
-    } catch (const CutOff& e) {
-      return cut_off_exit(e.what(), r.report);
-    } catch (const Error& e) {
-      return cut_off_exit(store_gone(e.message()), r.report);
-    } catch (const std::runtime_error& e) {  // malformed records
-      return cut_off_exit(e.what(), r.report);
-    }
-    if (!v.restart) {
-      write_all(2, format_summary(v));
-      return finish(v.exit_code);
-    }
-    restarts_used_ = v.restarts_used;
-    if (elastic) {
-      // Node 0 closes the next round once the remaining nodes and those waiting are in.
-      rules.min_nodes = options_.min_nodes;
-      rules.max_nodes = options_.max_nodes;
-      rules.expected = v.nnodes - static_cast<int>(v.lost_nodes.size()) + v.waiting;
-    }
-    write_all(2, format_restart_note(v));
+    note(fmt::format("received {} while the nodes joined round {}: exiting", i.what(), round_));
+    return 128 + i.signal;
+  } catch (const CutOff& e) {
+    note(e.what());
+    return 1;
+  } catch (const Error& e) {
+    note(fmt::format("rendezvous through the store at {} failed: {}{}", session_->store_address(),
+                     e.message(),
+                     waiting_ ? " (the run may have ended before this node was admitted)" : ""));
+    return 1;
   }
+  return std::nullopt;
+}
+
+void Agent::start_round(RoundRules& rules) {
+  waiting_ = false;
+  rules.want = assignment_.node_rank;  // orders the next round's nodes
+  if (!options_.elastic()) rules.min_nodes = rules.max_nodes = assignment_.nnodes();
+  lost_nodes_.clear();
+  lost_hosts_.clear();
+  TANDEM_INFO(run, "tandemrun: round {}: node {} of {}, ranks {}..{} of {}", round_,
+              assignment_.node_rank, assignment_.nnodes(), assignment_.self().first_rank,
+              assignment_.self().first_rank + assignment_.self().nproc - 1, assignment_.world_size);
+  if (options_.elastic()) {
+    note(fmt::format("round {}: {} node(s), world size {}; this is node {} (ranks {}..{})", round_,
+                     assignment_.nnodes(), assignment_.world_size, assignment_.node_rank,
+                     assignment_.self().first_rank,
+                     assignment_.self().first_rank + assignment_.self().nproc - 1));
+  }
+}
+
+std::optional<int> Agent::watch() {
+  try {
+    if (!watcher_) {
+      start_watcher();
+    } else {
+      watcher_->set_peers(assignment_.node_rank, watched_peers());
+    }
+  } catch (const Error& e) {
+    note(fmt::format("cannot watch the run: {}", e.message()));
+    return 1;
+  }
+  watcher_->watch_round(
+      round_, options_.elastic() && coordinator() && assignment_.nnodes() < options_.max_nodes);
+  return std::nullopt;
+}
+
+std::optional<int> Agent::supervise(RoundResult& result) {
+  try {
+    Supervisor supervisor(options_, *session_, assignment_, program_path_, signal_fd_.get(), *this);
+    result = supervisor.run();
+  } catch (const Error& e) {
+    note(e.message());
+    RoundEnd end;
+    end.node = assignment_.node_rank;
+    end.host = host_;
+    end.what = fmt::format("its tandemrun failed: {}", e.message());
+    try {
+      publish_failure(end);
+    } catch (const Error&) {
+    }
+    return 1;
+  }
+  return std::nullopt;
+}
+
+std::optional<int> Agent::agree_on_restart(const RoundResult& r, RoundRules& rules) {
+  Verdict v;
+  try {
+    session_->store().set(session_->keys().report(round_, assignment_.node_rank),
+                          r.report.to_json());
+    v = coordinator() ? coordinate_verdict(*r.end, r.report) : await_verdict();
+  } catch (const Interrupted& i) {
+    note(fmt::format("received {} while the nodes agreed on how round {} ended: exiting", i.what(),
+                     round_));
+    return 128 + i.signal;
+  } catch (const CutOff& e) {
+    return cut_off_exit(e.what(), r.report);
+  } catch (const Error& e) {
+    return cut_off_exit(store_gone(e.message()), r.report);
+  } catch (const std::runtime_error& e) {  // malformed records
+    return cut_off_exit(e.what(), r.report);
+  }
+  if (!v.restart) {
+    write_all(2, format_summary(v));
+    return finish(v.exit_code);
+  }
+  restarts_used_ = v.restarts_used;
+  if (options_.elastic()) {
+    // Node 0 closes the next round once the remaining nodes and those waiting are in.
+    rules.min_nodes = options_.min_nodes;
+    rules.max_nodes = options_.max_nodes;
+    rules.expected = v.nnodes - static_cast<int>(v.lost_nodes.size()) + v.waiting;
+  }
+  write_all(2, format_restart_note(v));
+  return std::nullopt;
 }
 
 void Agent::note_waiting(int round, int nnodes) {

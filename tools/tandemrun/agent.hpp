@@ -40,6 +40,19 @@ class Agent final : public RunLink {
 
  private:
   int run_rounds();
+  // The steps of a round. Those that return an exit code end the run with it; nullopt: go on.
+  /// Round 0, or (a node that joins an elastic run under way) the run's next round.
+  std::optional<int> enter_run(RoundRules& rules);
+  /// Joins round round_: assignment_ (perhaps not admitted() yet).
+  std::optional<int> join(const RoundRules& rules);
+  /// This node is in the round: the rules for the next one, and what the round is.
+  void start_round(RoundRules& rules);
+  /// The watcher of the other nodes, on the round's nodes.
+  std::optional<int> watch();
+  /// Runs the round's workers to their end.
+  std::optional<int> supervise(RoundResult& result);
+  /// After a failed round: the nodes agree on a verdict; a restart sets the next round's rules.
+  std::optional<int> agree_on_restart(const RoundResult& r, RoundRules& rules);
   bool wait_keys(const std::vector<std::string>& keys, Deadline deadline);
   void check_interrupts();
   void start_watcher();

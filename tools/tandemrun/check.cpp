@@ -16,6 +16,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <memory>
+#include <optional>
 #include <sys/statvfs.h>
 #include <vector>
 
@@ -135,15 +137,8 @@ bool any_failed(const std::vector<Line>& lines) {
 constexpr std::string_view kAdvice =
     "run tandemrun --check with the same flags on every node to see what a start needs";
 
-}  // namespace
-
-std::string_view check_advice() noexcept {
-  return kAdvice;
-}
-
-int run_check(const LaunchOptions& options) {
-  std::vector<Line> mine = local_checks(options);
-  const std::string host = tools_api::local_host_name();
+// The store, hosted or reached as the run would: nullptr (and a FAIL line) when that fails.
+std::unique_ptr<Session> connect_store(const LaunchOptions& options, std::vector<Line>& mine) {
   const StoreRole role = store_role(options);
   std::unique_ptr<Session> session;
   try {
@@ -156,22 +151,26 @@ int run_check(const LaunchOptions& options) {
                          ? ": free the port or give another --master-port"
                          : ": check --master-addr/--master-port, that node 0 runs tandemrun "
                            "--check too, its firewall, and the same TANDEM_STORE_TOKEN")});
-  }
-  if (!session) {
-    print(options.node_rank.value_or(-1), host, mine);
-    return 1;
+    return nullptr;
   }
   mine.push_back(
       {"store", "ok",
        fmt::format("{} the rendezvous store at {}, token accepted",
                    session->hosts_store() ? "hosting" : "reached", session->store_address())});
+  return session;
+}
+
+// This node's place in the check's round (round 0): nullopt (and a FAIL line) when the nodes
+// did not all join.
+std::optional<Assignment> join_check_round(const LaunchOptions& options, Session& session,
+                                           std::vector<Line>& mine) {
   Assignment a;
   try {
     a = join_round(
-        options, *session,
+        options, session,
         [&](const std::vector<std::string>& keys, Deadline deadline) {
           try {
-            session->store().wait(keys, deadline);
+            session.store().wait(keys, deadline);
             return true;
           } catch (const Error& e) {
             if (e.code() == ErrorCode::Timeout) return false;
@@ -192,26 +191,32 @@ int run_check(const LaunchOptions& options) {
     mine.push_back(
         {"nodes", "FAIL",
          fmt::format("{}; start tandemrun --check on every node with the same flags", e.what())});
-    print(options.node_rank.value_or(-1), host, mine);
-    return 1;
+    return std::nullopt;
   }
   mine.push_back({"nodes", "ok",
                   fmt::format("{} node(s) joined, {} rank(s) in all", a.nnodes(), a.world_size)});
-  store::Store& store = session->store();
-  const std::string base = session->keys().base + "/check/";
-  const Deadline deadline = deadline_in(options.rdzv_timeout);
-  // Clocks: node 0 publishes its wall clock; each node compares its own the moment it sees it.
+  return a;
+}
+
+// Node 0 publishes its wall clock; each node compares its own the moment it sees it.
+Line clock_line(store::Store& store, const std::string& base, const Assignment& a,
+                Deadline deadline) {
   if (a.node_rank == 0) store.set(base + "clock", fmt::format("{:.6f}", wall_seconds()));
   store.wait(std::vector<std::string>{base + "clock"}, deadline);
   const double skew = wall_seconds() - std::stod(store.get(base + "clock", deadline));
   const std::string clock = fmt::format("{:+.3f} s from node 0's clock", skew);
   if (std::abs(skew) > kClockWarnSeconds)
-    mine.push_back({"clock", "WARN",
-                    clock + ": the nodes' logs and timelines will not line up; run NTP "
-                            "(chrony, systemd-timesyncd) on every node"});
-  else
-    mine.push_back({"clock", "ok", clock});
+    return {"clock", "WARN",
+            clock +
+                ": the nodes' logs and timelines will not line up; run NTP "
+                "(chrony, systemd-timesyncd) on every node"};
+  return {"clock", "ok", clock};
+}
 
+// Publishes this node's lines and prints every node's, each node's version held against node
+// 0's. True when any line of any node failed.
+bool exchange_lines(store::Store& store, const std::string& base, const Assignment& a,
+                    const std::string& host, const std::vector<Line>& mine, Deadline deadline) {
   store.set(base + std::to_string(a.node_rank),
             json{{"host", host}, {"lines", to_json(mine)}}.dump());
   std::vector<std::string> keys;
@@ -238,13 +243,42 @@ int run_check(const LaunchOptions& options) {
     failed = failed || any_failed(lines);
     print(n, j.at("host").get<std::string>(), lines);
   }
-  // Node 0 (and its store) stays until every node has read everything.
+  return failed;
+}
+
+// Node 0 (and its store) stays until every node has read everything.
+void wait_for_readers(store::Store& store, const std::string& base, const Assignment& a,
+                      Deadline deadline) {
   store.set(base + "read/" + std::to_string(a.node_rank), "1");
   if (a.node_rank == 0) {
     std::vector<std::string> read;
     for (int n = 0; n < a.nnodes(); ++n) read.push_back(base + "read/" + std::to_string(n));
     store.wait(read, deadline);
   }
+}
+
+}  // namespace
+
+std::string_view check_advice() noexcept {
+  return kAdvice;
+}
+
+int run_check(const LaunchOptions& options) {
+  std::vector<Line> mine = local_checks(options);
+  const std::string host = tools_api::local_host_name();
+  const std::unique_ptr<Session> session = connect_store(options, mine);
+  const std::optional<Assignment> a =
+      session ? join_check_round(options, *session, mine) : std::nullopt;
+  if (!a) {
+    print(options.node_rank.value_or(-1), host, mine);
+    return 1;
+  }
+  store::Store& store = session->store();
+  const std::string base = session->keys().base + "/check/";
+  const Deadline deadline = deadline_in(options.rdzv_timeout);
+  mine.push_back(clock_line(store, base, *a, deadline));
+  const bool failed = exchange_lines(store, base, *a, host, mine, deadline);
+  wait_for_readers(store, base, *a, deadline);
   write_all(1, failed ? "check: FAILED (see the lines marked FAIL)\n" : "check: all passed\n");
   return failed ? 1 : 0;
 }

@@ -199,9 +199,9 @@ struct Raw {
   bool standalone = false, no_python = false, module = false, use_env = false;
 };
 
-void add_options(CLI::App& app, Raw& raw, LaunchOptions& o) {
-  const std::string workers = "Workers", nodes = "Nodes and rendezvous", out = "Output",
-                    sup = "Supervision";
+// The options of each --help group, in the order --help lists them.
+void add_worker_options(CLI::App& app, Raw& raw, LaunchOptions& o) {
+  const std::string workers = "Workers";
   app.add_option("--nproc-per-node,--nproc_per_node", raw.nproc,
                  "Workers on this node: a number; 'cpu' (one per CPU); 'gpu' (one per NVIDIA "
                  "GPU); 'auto' (GPUs if any, else CPUs)")
@@ -250,7 +250,10 @@ void add_options(CLI::App& app, Raw& raw, LaunchOptions& o) {
   app.add_flag("--use-env,--use_env", raw.use_env,
                "Accepted for torch.distributed.launch compatibility: LOCAL_RANK is always set")
       ->group(workers);
+}
 
+void add_node_options(CLI::App& app, Raw& raw, LaunchOptions& o) {
+  const std::string nodes = "Nodes and rendezvous";
   app.add_option("--nnodes", raw.nnodes,
                  "Number of nodes, or MIN:MAX (the round closes at MAX, or at --rdzv-timeout "
                  "with at least MIN)")
@@ -305,7 +308,10 @@ void add_options(CLI::App& app, Raw& raw, LaunchOptions& o) {
   app.add_flag("--standalone", raw.standalone,
                "One node, store on loopback at a free port (the defaults)")
       ->group(nodes);
+}
 
+void add_output_options(CLI::App& app, Raw& raw, LaunchOptions& o) {
+  const std::string out = "Output";
   app.add_option("--log-dir", o.log_dir,
                  "Also write each worker's output to DIR/RUN_ID/rank_N.log (N: global rank)")
       ->group(out)
@@ -331,7 +337,10 @@ void add_options(CLI::App& app, Raw& raw, LaunchOptions& o) {
       ->group(out)
       ->type_name("R,...")
       ->option_text("R,... (default: all)");
+}
 
+void add_supervision_options(CLI::App& app, Raw& raw) {
+  const std::string sup = "Supervision";
   app.add_option("--max-restarts,--max_restarts", raw.max_restarts,
                  "Times every worker on every node is restarted after a worker fails")
       ->group(sup)
@@ -347,6 +356,13 @@ void add_options(CLI::App& app, Raw& raw, LaunchOptions& o) {
       ->group(sup)
       ->type_name("SECONDS")
       ->capture_default_str();
+}
+
+void add_options(CLI::App& app, Raw& raw, LaunchOptions& o) {
+  add_worker_options(app, raw, o);
+  add_node_options(app, raw, o);
+  add_output_options(app, raw, o);
+  add_supervision_options(app, raw);
 }
 
 // A Python PROGRAM (a .py file, or a module with -m) runs behind the interpreter, as under
@@ -378,8 +394,8 @@ std::vector<std::string> device_list(const std::string& text, std::string_view f
   return devices;
 }
 
-// Cross-checks the raw values and fills `o`.
-void finish(const CLI::App& app, const Raw& raw, LaunchOptions& o) {
+// The workers of this node: --nproc-per-node, the devices, the CPU binding.
+void finish_workers(const Raw& raw, LaunchOptions& o) {
   if (!raw.selected_gpus.empty() && !raw.gpus.empty())
     throw UsageError("--gpus and --selected_gpus both list devices: give one of them");
   if (!raw.gpus.empty()) o.devices = device_list(raw.gpus, "--gpus");
@@ -405,7 +421,52 @@ void finish(const CLI::App& app, const Raw& raw, LaunchOptions& o) {
     }
     o.nproc_per_node = n;
   }
+}
 
+// --rdzv-endpoint HOST[:PORT]: --master-addr and --master-port unless they are given.
+void apply_rdzv_endpoint(const Raw& raw, LaunchOptions& o, bool addr_given) {
+  if (raw.rdzv_endpoint.empty()) return;
+  tools_api::HostPort hp;
+  try {
+    hp = tools_api::parse_host_port(raw.rdzv_endpoint, std::uint16_t{kMultiNodePort});
+  } catch (const Error& e) {
+    throw UsageError(fmt::format("--rdzv-endpoint: {}", e.message()));
+  }
+  if (!addr_given) o.master_addr = hp.host;
+  if (raw.master_port.empty()) o.master_port = hp.port;
+}
+
+// --ips (Paddle's): the nodes, node 0's address, and this node's rank among them.
+void apply_ips(const CLI::App& app, const Raw& raw, LaunchOptions& o, bool addr_given) {
+  if (raw.ips.empty()) return;
+  const auto ips = split_list(raw.ips);
+  o.ips = ips;
+  for (std::size_t i = 0; i < ips.size(); ++i) {
+    if (ips[i].empty())
+      throw UsageError(
+          fmt::format("--ips '{}': an empty entry (give e.g. 10.0.0.1,10.0.0.2)", raw.ips));
+    if (std::find(ips.begin(), ips.begin() + static_cast<std::ptrdiff_t>(i), ips[i]) !=
+        ips.begin() + static_cast<std::ptrdiff_t>(i))
+      throw UsageError(fmt::format("--ips '{}': {} is listed twice", raw.ips, ips[i]));
+  }
+  const int n = static_cast<int>(ips.size());
+  if (app.count("--nnodes") > 0 && (o.min_nodes != n || o.max_nodes != n)) {
+    throw UsageError(fmt::format("--nnodes {} and --ips {} ({} nodes) disagree; give one of them",
+                                 raw.nnodes, raw.ips, n));
+  }
+  o.min_nodes = o.max_nodes = n;
+  if (!addr_given && raw.rdzv_endpoint.empty()) o.master_addr = ips.front();
+  if (raw.node_rank < 0) {
+    try {
+      o.node_rank = index_of_this_host(ips);
+    } catch (const std::runtime_error& e) {
+      throw UsageError(e.what());
+    }
+  }
+}
+
+// The nodes: how many, which one this is, where node 0 is.
+void finish_nodes(const CLI::App& app, const Raw& raw, LaunchOptions& o) {
   parse_nnodes(raw.nnodes, o);
   if (raw.rdzv_backend != "static" && raw.rdzv_backend != "c10d") {
     throw UsageError(
@@ -413,42 +474,8 @@ void finish(const CLI::App& app, const Raw& raw, LaunchOptions& o) {
                     raw.rdzv_backend));
   }
   const bool addr_given = app.count("--master-addr") > 0;
-  if (!raw.rdzv_endpoint.empty()) {
-    tools_api::HostPort hp;
-    try {
-      hp = tools_api::parse_host_port(raw.rdzv_endpoint, std::uint16_t{kMultiNodePort});
-    } catch (const Error& e) {
-      throw UsageError(fmt::format("--rdzv-endpoint: {}", e.message()));
-    }
-    if (!addr_given) o.master_addr = hp.host;
-    if (raw.master_port.empty()) o.master_port = hp.port;
-  }
-  if (!raw.ips.empty()) {
-    const auto ips = split_list(raw.ips);
-    o.ips = ips;
-    for (std::size_t i = 0; i < ips.size(); ++i) {
-      if (ips[i].empty())
-        throw UsageError(
-            fmt::format("--ips '{}': an empty entry (give e.g. 10.0.0.1,10.0.0.2)", raw.ips));
-      if (std::find(ips.begin(), ips.begin() + static_cast<std::ptrdiff_t>(i), ips[i]) !=
-          ips.begin() + static_cast<std::ptrdiff_t>(i))
-        throw UsageError(fmt::format("--ips '{}': {} is listed twice", raw.ips, ips[i]));
-    }
-    const int n = static_cast<int>(ips.size());
-    if (app.count("--nnodes") > 0 && (o.min_nodes != n || o.max_nodes != n)) {
-      throw UsageError(fmt::format("--nnodes {} and --ips {} ({} nodes) disagree; give one of them",
-                                   raw.nnodes, raw.ips, n));
-    }
-    o.min_nodes = o.max_nodes = n;
-    if (!addr_given && raw.rdzv_endpoint.empty()) o.master_addr = ips.front();
-    if (raw.node_rank < 0) {
-      try {
-        o.node_rank = index_of_this_host(ips);
-      } catch (const std::runtime_error& e) {
-        throw UsageError(e.what());
-      }
-    }
-  }
+  apply_rdzv_endpoint(raw, o, addr_given);
+  apply_ips(app, raw, o, addr_given);
   if (raw.standalone) {
     if (o.max_nodes > 1) {
       throw UsageError(fmt::format(
@@ -464,7 +491,30 @@ void finish(const CLI::App& app, const Raw& raw, LaunchOptions& o) {
                                  *o.node_rank, raw.nnodes, o.max_nodes - 1));
   }
   if (o.max_nodes == 1) o.node_rank = 0;
+}
 
+// Paddle's endpoints: the flag, else the variables Paddle's launchers read.
+void finish_start_port(const Raw& raw, LaunchOptions& o) {
+  std::string text = raw.start_port, source = "--start_port";
+  for (const char* name : {"FLAGS_START_PORT", "PADDLE_START_PORT"}) {
+    const char* v = std::getenv(name);
+    if (text.empty() && v != nullptr && *v != '\0') {
+      text = v;
+      source = name;
+    }
+  }
+  if (!text.empty()) {
+    const auto p = tools_api::parse_port(text);
+    if (!p || *p + o.nproc_per_node - 1 > 65535)
+      throw UsageError(
+          fmt::format("{} '{}' is not a port from which {} worker port(s) fit below 65536", source,
+                      text, o.nproc_per_node));
+    o.start_port = *p;
+  }
+}
+
+// The store's port on node 0, and Paddle's worker ports.
+void finish_ports(const Raw& raw, LaunchOptions& o) {
   if (!raw.master_port.empty()) {
     const auto p = tools_api::parse_port(raw.master_port, /*allow_zero=*/true);
     if (!p)
@@ -478,25 +528,11 @@ void finish(const CLI::App& app, const Raw& raw, LaunchOptions& o) {
     o.master_port = kMultiNodePort;
   }
   if (o.master_addr.empty()) throw UsageError("--master-addr must not be empty");
-  {
-    // Paddle's endpoints: the flag, else the variables Paddle's launchers read.
-    std::string text = raw.start_port, source = "--start_port";
-    for (const char* name : {"FLAGS_START_PORT", "PADDLE_START_PORT"}) {
-      const char* v = std::getenv(name);
-      if (text.empty() && v != nullptr && *v != '\0') {
-        text = v;
-        source = name;
-      }
-    }
-    if (!text.empty()) {
-      const auto p = tools_api::parse_port(text);
-      if (!p || *p + o.nproc_per_node - 1 > 65535)
-        throw UsageError(
-            fmt::format("{} '{}' is not a port from which {} worker port(s) fit below 65536",
-                        source, text, o.nproc_per_node));
-      o.start_port = *p;
-    }
-  }
+  finish_start_port(raw, o);
+}
+
+// The run id, the timeouts and the restarts.
+void finish_supervision(const Raw& raw, LaunchOptions& o) {
   if (!raw.run_id.empty()) check_run_id(raw.run_id);
   o.run_id = raw.run_id;
 
@@ -507,7 +543,10 @@ void finish(const CLI::App& app, const Raw& raw, LaunchOptions& o) {
   if (raw.max_restarts < 0 || raw.max_restarts > 1000000)
     throw UsageError(fmt::format("--max-restarts {}: use 0 or more", raw.max_restarts));
   o.max_restarts = raw.max_restarts;
+}
 
+// Where the workers' output goes.
+void finish_output(const Raw& raw, LaunchOptions& o) {
   if (!raw.redirects.empty()) {
     o.redirects = parse_stream_mask(raw.redirects, "--redirects");
     if (o.log_dir.empty() && o.paddle_log_dir.empty())
@@ -519,7 +558,9 @@ void finish(const CLI::App& app, const Raw& raw, LaunchOptions& o) {
         "output goes: give one of them");
   if (!raw.tee.empty()) parse_stream_mask(raw.tee, "--tee");
   if (!raw.ranks_filter.empty()) o.local_ranks_filter = parse_rank_list(raw.ranks_filter);
+}
 
+void check_store_token(const Raw& raw, const LaunchOptions& o) {
   if (o.multi_node() && settings::get_string("TANDEM_STORE_TOKEN").empty()) {
     throw UsageError(fmt::format(
         "--nnodes {} needs the same secret TANDEM_STORE_TOKEN on every node (it authenticates "
@@ -528,6 +569,16 @@ void finish(const CLI::App& app, const Raw& raw, LaunchOptions& o) {
         "od -An -tx1 -N16 /dev/urandom | tr -d ' \\n'",
         raw.nnodes));
   }
+}
+
+// Cross-checks the raw values and fills `o` (the first problem found is the one reported).
+void finish(const CLI::App& app, const Raw& raw, LaunchOptions& o) {
+  finish_workers(raw, o);
+  finish_nodes(app, raw, o);
+  finish_ports(raw, o);
+  finish_supervision(raw, o);
+  finish_output(raw, o);
+  check_store_token(raw, o);
 }
 
 }  // namespace

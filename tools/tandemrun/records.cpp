@@ -159,6 +159,37 @@ void append_worker_line(std::string& s, const WorkerRecord& w, bool multi_node) 
   }
 }
 
+// The root cause: the earliest worker that failed on its own; ties go to the lower rank.
+// Workers killed by a signal from outside (SIGKILL, SIGSEGV, ...; not SIGABRT, which is
+// how an uncaught exception ends) win over non-zero exits up to kHardDeathLead later: when
+// a rank is killed, its peers notice the lost connection and exit within milliseconds,
+// often before anyone has reaped the killed one.
+const WorkerRecord* root_cause(const std::vector<NodeReport>& reports, RoundEnd::Kind kind) {
+  constexpr std::int64_t kHardDeathLead = 500;
+  std::vector<const WorkerRecord*> candidates;
+  for (bool own_only : {true, false}) {
+    if (!own_only && kind != RoundEnd::Kind::failure) break;
+    for (const auto& r : reports) {
+      for (const auto& w : r.workers) {
+        if (own_only ? w.failed_first() : (w.failed() && !w.running)) candidates.push_back(&w);
+      }
+    }
+    if (!candidates.empty()) break;
+  }
+  const auto earlier = [](const WorkerRecord* a, const WorkerRecord* b) {
+    return a->exited_ms != b->exited_ms ? a->exited_ms < b->exited_ms : a->rank < b->rank;
+  };
+  if (candidates.empty()) return nullptr;
+  const WorkerRecord* best = *std::min_element(candidates.begin(), candidates.end(), earlier);
+  const WorkerRecord* hard = nullptr;
+  for (const WorkerRecord* w : candidates) {
+    if (w->killed_from_outside() && w->exited_ms <= best->exited_ms + kHardDeathLead &&
+        (hard == nullptr || earlier(w, hard)))
+      hard = w;
+  }
+  return hard != nullptr ? hard : best;
+}
+
 }  // namespace
 
 std::string signal_name(int sig) {
@@ -306,36 +337,7 @@ Verdict decide(const RoundEnd& end, std::vector<NodeReport> reports, std::vector
   v.lost_nodes = std::move(lost_nodes);
   v.lost_hosts = std::move(lost_hosts);
 
-  // The root cause: the earliest worker that failed on its own; ties go to the lower rank.
-  // Workers killed by a signal from outside (SIGKILL, SIGSEGV, ...; not SIGABRT, which is
-  // how an uncaught exception ends) win over non-zero exits up to kHardDeathLead later: when
-  // a rank is killed, its peers notice the lost connection and exit within milliseconds,
-  // often before anyone has reaped the killed one.
-  constexpr std::int64_t kHardDeathLead = 500;
-  std::vector<const WorkerRecord*> candidates;
-  for (bool own_only : {true, false}) {
-    if (!own_only && end.kind != RoundEnd::Kind::failure) break;
-    for (const auto& r : v.reports) {
-      for (const auto& w : r.workers) {
-        if (own_only ? w.failed_first() : (w.failed() && !w.running)) candidates.push_back(&w);
-      }
-    }
-    if (!candidates.empty()) break;
-  }
-  const auto earlier = [](const WorkerRecord* a, const WorkerRecord* b) {
-    return a->exited_ms != b->exited_ms ? a->exited_ms < b->exited_ms : a->rank < b->rank;
-  };
-  const WorkerRecord* best = nullptr;
-  if (!candidates.empty()) {
-    best = *std::min_element(candidates.begin(), candidates.end(), earlier);
-    const WorkerRecord* hard = nullptr;
-    for (const WorkerRecord* w : candidates) {
-      if (w->killed_from_outside() && w->exited_ms <= best->exited_ms + kHardDeathLead &&
-          (hard == nullptr || earlier(w, hard)))
-        hard = w;
-    }
-    if (hard != nullptr) best = hard;
-  }
+  const WorkerRecord* best = root_cause(v.reports, end.kind);
   if (best != nullptr && end.kind != RoundEnd::Kind::shutdown) v.root = *best;
 
   const bool node0_lost =

@@ -191,17 +191,7 @@ void Supervisor::loop() {
       output_at = got.more ? now : now + output_every;
     }
     if (running_ == 0 && drain_until == Deadline::max()) drain_until = now + kDrainBound;
-    if (stopping_ && !killed_ && now >= kill_at_) {
-      if (running_ > 0) {
-        note(
-            fmt::format("{} worker(s) still running {:g} s after the stop signal: sending "
-                        "SIGKILL",
-                        running_, seconds(options_.grace_period)));
-      }
-      stop_all(SIGKILL);
-      killed_ = true;
-      give_up_at_ = now + kReapBound;
-    }
+    kill_if_overdue(now);
     if (running_ > 0 && killed_ && now >= give_up_at_) {
       note(
           fmt::format("{} worker(s) did not exit after SIGKILL (stuck in the kernel?); giving "
@@ -213,32 +203,13 @@ void Supervisor::loop() {
     pfds.assign({pollfd{signal_fd_, POLLIN, 0}, pollfd{link_.event_fd(), POLLIN, 0}});
     streams.clear();
     if (prompt) add_output_fds(pfds, streams);
-    if (running_ == 0 && !drained &&
-        (std::none_of(workers_.begin(), workers_.end(),
-                      [](const auto& w) { return w->out_fd || w->err_fd; }) ||
-         now >= drain_until)) {
+    if (running_ == 0 && !drained && (!output_open() || now >= drain_until)) {
       drained = true;
-      for (auto& w : workers_) {
-        w->out->finish();
-        w->err->finish();
-        w->out_fd.reset();
-        w->err_fd.reset();
-      }
-      reap();  // descendants killed with their worker's group
+      close_output();
       continue;
     }
     if (drained) {
-      const bool all_ok =
-          static_cast<int>(workers_.size()) == assignment_.self().nproc &&
-          std::none_of(workers_.begin(), workers_.end(), [](const auto& w) { return w->failed(); });
-      if (all_ok && !end_ && cut_off_.empty() && !told_success_) {
-        told_success_ = true;
-        try {
-          if (auto e = link_.publish_success()) end_round(*e);
-        } catch (const Error& e) {
-          cut_off(store_gone(e.message()));
-        }
-      }
+      report_success();
       if (end_ || !cut_off_.empty()) break;
     }
 
@@ -249,20 +220,65 @@ void Supervisor::loop() {
     const int rc = ::poll(pfds.data(), pfds.size(), tools_api::poll_timeout_ms(next));
     if (rc < 0 && errno != EINTR)
       TANDEM_THROW(ErrorCode::Io, "poll failed: {}", std::system_category().message(errno));
-    if (rc <= 0) continue;
-    // Output first, so a worker's last lines are read before its exit is reported.
-    for (std::size_t i = 2; i < pfds.size(); ++i) {
-      if (pfds[i].revents != 0) read_stream(*streams[i - 2].first, streams[i - 2].second);
-    }
-    if (!prompt && (pfds[0].revents != 0 || pfds[1].revents != 0)) {
-      // What the pipes hold (64 KiB each unless a worker enlarged them), but bounded: a
-      // worker that writes without pause must not hold off a signal.
-      for (int i = 0; i < 16 && read_ready_output().more; ++i) {
-      }
-    }
-    if (pfds[0].revents != 0) on_signals();
-    if (pfds[1].revents != 0) on_events();
+    if (rc > 0) dispatch(pfds, streams, prompt);
   }
+}
+
+void Supervisor::kill_if_overdue(Clock::time_point now) {
+  if (!stopping_ || killed_ || now < kill_at_) return;
+  if (running_ > 0) {
+    note(
+        fmt::format("{} worker(s) still running {:g} s after the stop signal: sending "
+                    "SIGKILL",
+                    running_, seconds(options_.grace_period)));
+  }
+  stop_all(SIGKILL);
+  killed_ = true;
+  give_up_at_ = now + kReapBound;
+}
+
+bool Supervisor::output_open() const {
+  return std::any_of(workers_.begin(), workers_.end(),
+                     [](const auto& w) { return w->out_fd || w->err_fd; });
+}
+
+void Supervisor::close_output() {
+  for (auto& w : workers_) {
+    w->out->finish();
+    w->err->finish();
+    w->out_fd.reset();
+    w->err_fd.reset();
+  }
+  reap();  // descendants killed with their worker's group
+}
+
+void Supervisor::report_success() {
+  const bool all_ok =
+      static_cast<int>(workers_.size()) == assignment_.self().nproc &&
+      std::none_of(workers_.begin(), workers_.end(), [](const auto& w) { return w->failed(); });
+  if (!all_ok || end_ || !cut_off_.empty() || told_success_) return;
+  told_success_ = true;
+  try {
+    if (auto e = link_.publish_success()) end_round(*e);
+  } catch (const Error& e) {
+    cut_off(store_gone(e.message()));
+  }
+}
+
+void Supervisor::dispatch(const std::vector<pollfd>& pfds,
+                          const std::vector<std::pair<Worker*, bool>>& streams, bool prompt) {
+  // Output first, so a worker's last lines are read before its exit is reported.
+  for (std::size_t i = 2; i < pfds.size(); ++i) {
+    if (pfds[i].revents != 0) read_stream(*streams[i - 2].first, streams[i - 2].second);
+  }
+  if (!prompt && (pfds[0].revents != 0 || pfds[1].revents != 0)) {
+    // What the pipes hold (64 KiB each unless a worker enlarged them), but bounded: a
+    // worker that writes without pause must not hold off a signal.
+    for (int i = 0; i < 16 && read_ready_output().more; ++i) {
+    }
+  }
+  if (pfds[0].revents != 0) on_signals();
+  if (pfds[1].revents != 0) on_events();
 }
 
 bool Supervisor::read_stream(Worker& w, bool err) {

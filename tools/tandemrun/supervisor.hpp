@@ -92,6 +92,17 @@ class Supervisor {
  private:
   void start_workers();
   void loop();
+  /// Stopping, and the grace period is over: SIGKILL.
+  void kill_if_overdue(Clock::time_point now);
+  /// Whether a worker's stdout or stderr pipe is still open.
+  bool output_open() const;
+  /// Ends every worker's output (the last partial lines) and closes the pipes.
+  void close_output();
+  /// Once every worker exited 0: tells the other nodes (once).
+  void report_success();
+  /// Acts on what poll() found in `pfds`: the workers' output, signals, the watcher's news.
+  void dispatch(const std::vector<pollfd>& pfds,
+                const std::vector<std::pair<Worker*, bool>>& streams, bool prompt);
   void on_signals();
   void on_events();
   void reap();
