@@ -5,7 +5,8 @@
 // Between ranks on shared memory the message runs in segments (Context::segment_bytes per
 // rank), each reduce-scattered and allgathered before the next: a rank overwrites the blocks
 // it sent a moment earlier, still in its cache, instead of the whole message's worth later
-// (docs/benchmarks-large.md#allreduce). Over TCP each segment would add a round trip: one segment there.
+// (docs/benchmarks-large.md#allreduce). Over TCP each segment would add a round trip: one segment
+// there.
 
 #include "algorithms/builtin.hpp"
 #include "algorithms/common.hpp"
