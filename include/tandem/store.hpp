@@ -36,6 +36,11 @@ class Store {
   virtual void wait(std::span<const std::string> keys, Deadline deadline) = 0;
   /// True when every key exists (does not wait).
   virtual bool check(std::span<const std::string> keys) = 0;
+  /// The values of `keys`, in order, once every one is set (as wait(), then get() each).
+  /// TcpStore answers up to 4096 keys in one round trip, so a rank that reads every other
+  /// rank's key makes ceil(n / 4096) requests, not n. Error(Timeout) naming the missing keys
+  /// at `deadline`.
+  virtual std::vector<std::string> multi_get(std::span<const std::string> keys, Deadline deadline);
   /// Removes `key`; true if it existed.
   virtual bool delete_key(std::string_view key) = 0;
   /// Number of keys in the store (under this store's prefix for a PrefixStore).
@@ -51,6 +56,9 @@ class Store {
   /// does nothing) for stores without connections (FileStore, HashStore); TcpStore returns
   /// true. At most 64 keys per connection.
   virtual bool set_on_disconnect(std::string_view key, std::string_view value);
+  /// Requests this client has sent to its server so far (TcpStore; a PrefixStore its base's);
+  /// 0 for stores without a server.
+  virtual std::uint64_t requests() const noexcept { return 0; }
 
   /// Default timeout for the convenience overloads below.
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
@@ -93,6 +101,8 @@ class TcpStore final : public Store {
   std::string compare_set(std::string_view key, std::string_view expected,
                           std::string_view desired) override;
   void wait(std::span<const std::string> keys, Deadline deadline) override;
+  std::vector<std::string> multi_get(std::span<const std::string> keys, Deadline deadline) override;
+  std::uint64_t requests() const noexcept override;
   bool check(std::span<const std::string> keys) override;
   bool delete_key(std::string_view key) override;
   std::int64_t num_keys() override;
@@ -190,6 +200,8 @@ class PrefixStore final : public Store {
   std::string compare_set(std::string_view key, std::string_view expected,
                           std::string_view desired) override;
   void wait(std::span<const std::string> keys, Deadline deadline) override;
+  std::vector<std::string> multi_get(std::span<const std::string> keys, Deadline deadline) override;
+  std::uint64_t requests() const noexcept override;
   bool check(std::span<const std::string> keys) override;
   bool delete_key(std::string_view key) override;
   /// Keys under this prefix only.

@@ -74,6 +74,24 @@ void KvState::unregister(std::uint64_t conn, const Waiter& w) {
 
 proto::Message KvState::completion(const Waiter& w) const {
   if (w.type == proto::Type::get) return value_reply(*find(w.keys[0]));
+  if (w.type == proto::Type::multi_get) {
+    // One reply frame must fit a client's payload limit: refuse a read that would not.
+    std::size_t bytes = 0;
+    for (const auto& k : w.keys) bytes += find(k)->size() + 4;
+    if (bytes > kMaxValuesBytes) {
+      auto m =
+          number_reply(proto::Type::error, static_cast<std::int64_t>(ErrorCode::InvalidArgument));
+      m.value = fmt::format(
+          "MULTI_GET of {} keys would return {} bytes, more than one reply "
+          "carries ({}): read fewer keys at a time",
+          w.keys.size(), bytes, kMaxValuesBytes);
+      return m;
+    }
+    auto m = reply(proto::Type::values);
+    m.keys.reserve(w.keys.size());
+    for (const auto& k : w.keys) m.keys.push_back(*find(k));
+    return m;
+  }
   return reply(proto::Type::ok);
 }
 
@@ -127,12 +145,14 @@ KvState::Outcome KvState::handle(std::uint64_t conn, proto::Message&& req) {
         return immediate(value_reply(stored));
       }
       case Type::get:
-      case Type::wait: {
+      case Type::wait:
+      case Type::multi_get: {
         if (req.number < -1)
           return violation(fmt::format("{} with timeout_ms {} (must be >= -1)",
                                        proto::type_name(static_cast<std::uint8_t>(req.type)),
                                        req.number));
-        if (waiters_.contains(conn)) return violation("a second GET/WAIT while one is pending");
+        if (waiters_.contains(conn))
+          return violation("a second GET/WAIT/MULTI_GET while one is pending");
         Waiter w;
         w.type = req.type;
         w.keys = std::move(req.keys);

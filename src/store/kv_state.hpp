@@ -28,8 +28,8 @@ class KvState {
   /// A reply for a connection whose GET/WAIT finished (satisfied or timed out).
   using Delivery = std::pair<std::uint64_t, proto::Message>;
 
-  /// Handles one request of an authenticated connection. GET/WAIT on missing keys register
-  /// a waiter (at most one per connection) and return Kind::waiting.
+  /// Handles one request of an authenticated connection. GET/WAIT/MULTI_GET on missing keys
+  /// register a waiter (at most one per connection) and return Kind::waiting.
   Outcome handle(std::uint64_t conn, proto::Message&& request);
 
   /// Replies for waiters completed by the mutations since the last call.
@@ -44,6 +44,9 @@ class KvState {
 
   /// ON_DISCONNECT registrations one connection may hold.
   static constexpr std::size_t kMaxOnDisconnect = 64;
+  /// The values one MULTI_GET reply may carry, in bytes (within a client's default payload
+  /// limit); a larger read is answered with an error.
+  static constexpr std::size_t kMaxValuesBytes = std::size_t{64} << 20;
 
   std::size_t size() const noexcept { return map_.size(); }
   std::size_t waiter_count() const noexcept { return waiters_.size(); }

@@ -40,6 +40,18 @@ void PrefixStore::wait(std::span<const std::string> keys, Deadline deadline) {
   base_->wait(full, deadline);
 }
 
+std::uint64_t PrefixStore::requests() const noexcept {
+  return base_->requests();
+}
+
+std::vector<std::string> PrefixStore::multi_get(std::span<const std::string> keys,
+                                                Deadline deadline) {
+  std::vector<std::string> full;
+  full.reserve(keys.size());
+  for (const auto& k : keys) full.push_back(key(k));
+  return base_->multi_get(full, deadline);
+}
+
 bool PrefixStore::check(std::span<const std::string> keys) {
   std::vector<std::string> full;
   full.reserve(keys.size());

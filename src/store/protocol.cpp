@@ -9,7 +9,7 @@ namespace tandem::store::proto {
 namespace {
 
 // The field list of each frame type.
-enum class Field : std::uint8_t { key, value, value2, number, keys };
+enum class Field : std::uint8_t { key, value, value2, number, keys, values };
 
 std::span<const Field> schema(Type t) noexcept {
   static constexpr Field kHello[] = {Field::number, Field::value};
@@ -18,6 +18,7 @@ std::span<const Field> schema(Type t) noexcept {
   static constexpr Field kCas[] = {Field::key, Field::value, Field::value2};
   static constexpr Field kWait[] = {Field::number, Field::keys};
   static constexpr Field kKeys[] = {Field::keys};
+  static constexpr Field kValues[] = {Field::values};
   static constexpr Field kKey[] = {Field::key};
   static constexpr Field kValue[] = {Field::value};
   static constexpr Field kNumber[] = {Field::number};
@@ -34,7 +35,10 @@ std::span<const Field> schema(Type t) noexcept {
     case Type::compare_set:
       return kCas;
     case Type::wait:
+    case Type::multi_get:
       return kWait;
+    case Type::values:
+      return kValues;
     case Type::check:
     case Type::timeout:
       return kKeys;
@@ -56,8 +60,8 @@ std::span<const Field> schema(Type t) noexcept {
 
 bool known_type(std::uint8_t t) noexcept {
   return (t >= static_cast<std::uint8_t>(Type::hello) &&
-          t <= static_cast<std::uint8_t>(Type::on_disconnect)) ||
-         (t >= static_cast<std::uint8_t>(Type::ok) && t <= static_cast<std::uint8_t>(Type::error));
+          t <= static_cast<std::uint8_t>(Type::multi_get)) ||
+         (t >= static_cast<std::uint8_t>(Type::ok) && t <= static_cast<std::uint8_t>(Type::values));
 }
 
 template <class T>
@@ -162,6 +166,10 @@ std::string type_name(std::uint8_t type) {
       return "NUM_KEYS";
     case Type::on_disconnect:
       return "ON_DISCONNECT";
+    case Type::multi_get:
+      return "MULTI_GET";
+    case Type::values:
+      return "VALUES";
     case Type::ok:
       return "OK";
     case Type::value:
@@ -180,7 +188,7 @@ std::string type_name(std::uint8_t type) {
 
 bool is_request(Type t) noexcept {
   return static_cast<std::uint8_t>(t) >= static_cast<std::uint8_t>(Type::hello) &&
-         static_cast<std::uint8_t>(t) <= static_cast<std::uint8_t>(Type::on_disconnect);
+         static_cast<std::uint8_t>(t) <= static_cast<std::uint8_t>(Type::multi_get);
 }
 
 std::size_t Limits::max_payload() const noexcept {
@@ -243,18 +251,22 @@ std::optional<std::string> decode_payload(std::uint8_t type, std::span<const std
       case Field::number:
         if (!r.i64(&m.number)) return fmt::format("truncated integer field in {}", name);
         break;
-      case Field::keys: {
+      case Field::keys:
+      case Field::values: {
+        const bool values = f == Field::values;
+        const std::string item = values ? "value" : "key";
         std::uint32_t n = 0;
-        if (!r.u32(&n)) return fmt::format("truncated key count in {}", name);
+        if (!r.u32(&n)) return fmt::format("truncated {} count in {}", item, name);
         if (n > limits.max_keys)
-          return fmt::format("{} names {} keys; the limit is {}", name, n, limits.max_keys);
-        // Each key needs at least its 4-byte length: reject impossible counts before reserving.
+          return fmt::format("{} names {} {}s; the limit is {}", name, n, item, limits.max_keys);
+        // Each needs at least its 4-byte length: reject impossible counts before reserving.
         if (static_cast<std::size_t>(n) * 4 > r.left())
-          return fmt::format("{} claims {} keys but only {} bytes follow", name, n, r.left());
+          return fmt::format("{} claims {} {}s but only {} bytes follow", name, n, item, r.left());
         m.keys.reserve(n);
+        const std::size_t max = values ? limits.max_value_bytes : limits.max_key_bytes;
         for (std::uint32_t i = 0; i < n; ++i) {
           m.keys.emplace_back();
-          if (!r.bytes(limits.max_key_bytes, &m.keys.back(), name + " key", &error)) return error;
+          if (!r.bytes(max, &m.keys.back(), name + " " + item, &error)) return error;
         }
         break;
       }
@@ -314,6 +326,7 @@ void encode(const Message& m, std::string& out) {
         store_le<std::int64_t>(out, m.number);
         break;
       case Field::keys:
+      case Field::values:
         store_le<std::uint32_t>(out, static_cast<std::uint32_t>(m.keys.size()));
         for (const auto& k : m.keys) put_bytes(out, k);
         break;

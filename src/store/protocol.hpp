@@ -37,6 +37,7 @@ enum class Type : std::uint8_t {
   delete_key = 8,      // bytes key                            -> boolean
   num_keys = 9,        // bytes prefix ("" = all)              -> integer
   on_disconnect = 10,  // bytes key, bytes value ("" cancels) -> ok
+  multi_get = 11,      // i64 timeout_ms, count + keys         -> values | timeout
   // Responses (server -> client).
   ok = 64,       // (no fields)
   value = 65,    // bytes value
@@ -44,6 +45,7 @@ enum class Type : std::uint8_t {
   boolean = 67,  // i64 0 or 1
   timeout = 68,  // count + missing keys
   error = 69,    // i64 ErrorCode, bytes message
+  values = 70,   // count + values (one per key of a MULTI_GET, in its order)
 };
 
 /// Name for logs ("SET", "WAIT", "type 200").
@@ -53,7 +55,7 @@ bool is_request(Type t) noexcept;
 /// One decoded frame. Which fields are meaningful depends on `type` (see Type).
 struct Message {
   Type type = Type::ok;
-  std::vector<std::string> keys;  ///< key (keys[0]) or key list
+  std::vector<std::string> keys;  ///< key (keys[0]) or key list; a VALUES reply's values
   std::string value;              ///< value, expected, token, prefix, error text
   std::string value2;             ///< desired (compare_set)
   std::int64_t number = 0;        ///< delta, timeout_ms, integer/boolean result, version, code

@@ -7,6 +7,7 @@
 #include <tandem/settings.hpp>
 #include <tandem/store.hpp>
 
+#include <atomic>
 #include <mutex>
 
 namespace tandem::store {
@@ -43,6 +44,7 @@ struct TcpStore::Impl {
   std::string where;  // "host:port"
   proto::Limits limits;
   std::mutex mu;
+  std::atomic<std::uint64_t> requests{0};
   net::Fd fd;
   std::string broken;  // why the connection is unusable; empty while it is fine
 
@@ -66,6 +68,7 @@ struct TcpStore::Impl {
   // Sends one request and reads its reply. The lock is held by the caller. A transport
   // failure leaves the stream in an unknown state, so the connection is retired.
   proto::Message exchange(const proto::Message& req, Deadline reply_deadline) {
+    requests.fetch_add(1, std::memory_order_relaxed);
     if (!broken.empty())
       TANDEM_THROW(ErrorCode::Io,
                    "the connection to the store at {} is unusable after an earlier error: {}",
@@ -121,7 +124,8 @@ struct TcpStore::Impl {
     }
     if (reply.type == expect) return reply;
     if (reply.type == proto::Type::timeout &&
-        (req.type == proto::Type::get || req.type == proto::Type::wait))
+        (req.type == proto::Type::get || req.type == proto::Type::wait ||
+         req.type == proto::Type::multi_get))
       return reply;
     fail(ErrorCode::Io,
          fmt::format("store at {} answered {} with {} (expected {}): protocol error", where, what,
@@ -232,6 +236,34 @@ void TcpStore::wait(std::span<const std::string> keys, Deadline deadline) {
   if (reply.type == proto::Type::timeout)
     throw_wait_timeout(fmt::format("store at {}: wait", impl_->where), reply.keys,
                        Clock::now() - start);
+}
+
+std::vector<std::string> TcpStore::multi_get(std::span<const std::string> keys, Deadline deadline) {
+  for (const auto& k : keys) check_key(k);
+  const auto start = Clock::now();
+  std::vector<std::string> values;
+  values.reserve(keys.size());
+  // One round trip per kMaxKeys keys (the server's limit on a key list).
+  for (std::size_t first = 0; first < keys.size(); first += proto::Limits{}.max_keys) {
+    const auto part = keys.subspan(first, std::min(proto::Limits{}.max_keys, keys.size() - first));
+    auto m = request(proto::Type::multi_get);
+    m.keys.assign(part.begin(), part.end());
+    m.number = timeout_ms(deadline);
+    auto reply = impl_->call(m, plus_margin(deadline), proto::Type::values, "MULTI_GET");
+    if (reply.type == proto::Type::timeout)
+      throw_wait_timeout(fmt::format("store at {}: multi_get", impl_->where), reply.keys,
+                         Clock::now() - start);
+    if (reply.keys.size() != part.size())
+      impl_->fail(ErrorCode::Io, fmt::format("store at {} answered MULTI_GET of {} keys with {} "
+                                             "values: protocol error",
+                                             impl_->where, part.size(), reply.keys.size()));
+    for (auto& v : reply.keys) values.push_back(std::move(v));
+  }
+  return values;
+}
+
+std::uint64_t TcpStore::requests() const noexcept {
+  return impl_->requests.load(std::memory_order_relaxed);
 }
 
 bool TcpStore::check(std::span<const std::string> keys) {

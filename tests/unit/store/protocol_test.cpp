@@ -54,6 +54,13 @@ std::vector<Message> samples() {
   v.push_back(wait);
   auto wait_none = make(Type::wait);
   v.push_back(wait_none);
+  auto multi_get = make(Type::multi_get);
+  multi_get.number = -1;
+  multi_get.keys = {"addr/0", "", "addr/2\0"s};
+  v.push_back(multi_get);
+  auto values = make(Type::values);
+  values.keys = {std::string(5000, 'v'), "", "x\0y"s};
+  v.push_back(values);
   auto check = make(Type::check);
   check.keys = {"x", "y"};
   v.push_back(check);
@@ -158,7 +165,8 @@ TEST(StoreProtocol, RejectsBadHeadersAsSoonAsTheHeaderIsIn) {
       {with_header(kMagic, 2, 2, 0, 0), "version"},
       {with_header(kMagic, 0, 2, 0, 0), "version"},
       {with_header(kMagic, kVersion, 0, 0, 0), "unknown frame type"},
-      {with_header(kMagic, kVersion, 11, 0, 0), "unknown frame type"},
+      {with_header(kMagic, kVersion, 12, 0, 0), "unknown frame type"},
+      {with_header(kMagic, kVersion, 71, 0, 0), "unknown frame type"},
       {with_header(kMagic, kVersion, 200, 0, 0), "unknown frame type"},
       {with_header(kMagic, kVersion, 2, 1, 0), "reserved"},
       {with_header(kMagic, kVersion, 2, 0, 0xffffffffu), "exceeds the limit"},
@@ -202,6 +210,13 @@ TEST(StoreProtocol, RejectsMalformedPayloads) {
   EXPECT_EQ(huge.status, Status::bad);
   auto claims = payload_case(Type::check, u32(3) + u32(0));
   EXPECT_EQ(claims.status, Status::bad);
+  // VALUES: a value longer than max_value_bytes, more values than max_keys.
+  EXPECT_EQ(payload_case(Type::values, u32(1) + u32(101) + std::string(101, 'v')).status,
+            Status::bad);
+  EXPECT_EQ(payload_case(Type::values, u32(1) + u32(100) + std::string(100, 'v')).status,
+            Status::ok);
+  EXPECT_EQ(payload_case(Type::values, u32(4) + u32(0) + u32(0) + u32(0) + u32(0)).status,
+            Status::bad);
   // BOOLEAN must be 0 or 1.
   EXPECT_EQ(payload_case(Type::boolean, i64(2)).status, Status::bad);
   // And a well-formed one passes with these limits.
@@ -234,6 +249,9 @@ TEST(StoreProtocol, TypeNames) {
   EXPECT_EQ(type_name(static_cast<std::uint8_t>(Type::wait)), "WAIT");
   EXPECT_EQ(type_name(200), "type 200");
   EXPECT_TRUE(is_request(Type::num_keys));
+  EXPECT_TRUE(is_request(Type::multi_get));
+  EXPECT_FALSE(is_request(Type::values));
+  EXPECT_EQ(type_name(static_cast<std::uint8_t>(Type::values)), "VALUES");
   EXPECT_FALSE(is_request(Type::ok));
 }
 

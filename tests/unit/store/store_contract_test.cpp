@@ -172,6 +172,30 @@ TEST_P(StoreContract, WaitWakesOnSetFromAnotherThread) {
   EXPECT_TRUE(woke.load());
 }
 
+TEST_P(StoreContract, MultiGetReturnsTheValuesInOrderOnceAllAreSet) {
+  auto other = env_->client();
+  store_->set("m/1", "one");
+  std::vector<std::string> got;
+  std::thread reader([&] {
+    got = store_->multi_get(std::vector<std::string>{"m/2", "m/1", "m/3"}, deadline_in(30s));
+  });
+  other->set("m/3", std::string("th\0ree", 6));
+  other->set("m/2", "");
+  reader.join();
+  EXPECT_EQ(got, (std::vector<std::string>{"", "one", std::string("th\0ree", 6)}));
+  EXPECT_TRUE(store_->multi_get(std::vector<std::string>{}, deadline_in(1s)).empty());
+}
+
+TEST_P(StoreContract, MultiGetTimesOutNamingOnlyMissingKeys) {
+  store_->set("have", "1");
+  const std::vector<std::string> keys = {"have", "lacking-a", "lacking-b"};
+  const auto msg =
+      expect_error(ErrorCode::Timeout, [&] { store_->multi_get(keys, deadline_in(150ms)); });
+  EXPECT_TRUE(contains(msg, "lacking-a")) << msg;
+  EXPECT_TRUE(contains(msg, "lacking-b")) << msg;
+  EXPECT_FALSE(contains(msg, "'have'")) << msg;
+}
+
 TEST_P(StoreContract, GetWakesOnCompareSet) {
   auto other = env_->client();
   std::string got;

@@ -169,6 +169,31 @@ TEST(PrefixStore, OnDisconnectIsPrefixedAndOtherStoresDecline) {
   EXPECT_FALSE(hash.set_on_disconnect("lost", "gone"));
 }
 
+// A rank reading every other rank's key at 5,000 ranks: two round trips (4,096 keys each at
+// most), not 5,000.
+TEST(TcpStore, MultiGetTakesOneRequestPer4096Keys) {
+  TcpStoreServer server(server_options());
+  TcpStore writer("127.0.0.1", server.port(), client_options());
+  TcpStore reader("127.0.0.1", server.port(), client_options());
+  std::vector<std::string> keys;
+  for (int i = 0; i < 5000; ++i) {
+    keys.push_back(fmt::format("addr/{}", i));
+    writer.set(keys.back(), fmt::format("host-{}:{}", i, 20000 + i));
+  }
+  const std::uint64_t before = reader.requests();
+  const auto values = reader.multi_get(keys, deadline_in(30s));
+  EXPECT_EQ(reader.requests() - before, 2u);
+  ASSERT_EQ(values.size(), keys.size());
+  for (int i = 0; i < 5000; i += 997)
+    EXPECT_EQ(values[static_cast<std::size_t>(i)], fmt::format("host-{}:{}", i, 20000 + i));
+  EXPECT_EQ(values.back(), "host-4999:24999");
+  // Through a PrefixStore the count is the base's.
+  PrefixStore prefixed("job",
+                       std::make_shared<TcpStore>("127.0.0.1", server.port(), client_options()));
+  prefixed.set("k", "v");
+  EXPECT_EQ(prefixed.requests(), 2u);  // HELLO and SET
+}
+
 TEST(TcpStore, TokenFromEnvironment) {
   TcpStoreServer server(server_options());
   {
