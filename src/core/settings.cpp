@@ -52,7 +52,9 @@ constexpr std::array kSettings{
             "excludes; =eth0 exact): the first that matches; unset: NCCL_SOCKET_IFNAME, else "
             "GLOO_SOCKET_IFNAME, else the interface that routes to MASTER_ADDR, loopback on "
             "one host."},
-    Setting{"TANDEM_SPIN_US", integer, "50", "Microseconds a waiting rank spins before it blocks."},
+    Setting{"TANDEM_SPIN_US", string, "auto",
+            "Microseconds a waiting rank spins before it blocks; auto: 50, or 0 (block at once) "
+            "when a host runs more ranks than the CPUs they may use."},
     Setting{"TANDEM_STALL_WARN", seconds, "60",
             "Seconds a collective may run before each rank logs which ranks have not entered "
             "it (0: never)."},

@@ -188,6 +188,12 @@ struct MeshOptions {
   std::string socket_ifname_source = "TANDEM_SOCKET_IFNAME";
   std::string token;  ///< TANDEM_STORE_TOKEN: authenticates peers
   std::chrono::nanoseconds spin_time{std::chrono::microseconds(50)};  ///< TANDEM_SPIN_US
+  /// A waiting rank gives its CPU away (sched_yield) on every fruitless pass instead of every
+  /// 16th: where ranks outnumber CPUs, the peer it waits for may need this very CPU.
+  bool yield_always = false;
+  /// TANDEM_SPIN_US=auto: connect_mesh() sets yield_always and a long spin_time when this host
+  /// runs more ranks than the CPUs they may use (see oversubscribed()).
+  bool spin_auto = true;
   std::size_t shm_buffer_bytes = 4u << 20;  ///< TANDEM_BUFFSIZE: per shm channel
   int sockets_per_peer = 1;                 ///< TANDEM_SOCKETS_PER_PEER (tcp data streams)
   std::chrono::milliseconds connect_timeout{std::chrono::minutes(10)};
@@ -207,6 +213,11 @@ inline constexpr auto kLivenessPoll = std::chrono::milliseconds(250);
 /// already be namespaced for this communicator), choosing shm for peers on the same host
 /// and tcp or ucx (MeshOptions::transport) otherwise. Blocks until every link is up or the timeout
 /// passes.
+/// Whether `local_ranks` ranks of one host outnumber the CPUs they may run on: this process's
+/// affinity mask, or every online CPU when the mask holds one CPU only (a launcher bound each
+/// rank to a core of its own). `cpus_out` gets the count compared.
+bool oversubscribed(int local_ranks, int* cpus_out = nullptr) noexcept;
+
 std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
                                    const MeshOptions& options);
 

@@ -14,6 +14,8 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <sched.h>
 #include <unistd.h>
 
 namespace tandem::transport {
@@ -70,6 +72,15 @@ std::unique_ptr<Mesh> make_mesh(int rank, std::vector<PeerInfo> peers,
     mesh->attach(p, Control(std::move(controls[static_cast<std::size_t>(p)])), std::move(ep));
   }
   return mesh;
+}
+
+bool oversubscribed(int local_ranks, int* cpus_out) noexcept {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cpus = ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+  if (cpus <= 1) cpus = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  if (cpus_out != nullptr) *cpus_out = cpus;
+  return local_ranks > cpus;
 }
 
 std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
@@ -150,7 +161,20 @@ std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
         r.address, r.port, shm || use_ucx ? 0 : std::min(self.streams, r.streams), same_host};
   }
 
-  auto mesh = std::make_unique<detail::MeshImpl>(rank, options, peers, links);
+  MeshOptions opts = options;
+  int cpus = 0;
+  if (opts.spin_auto && oversubscribed(static_cast<int>(same_host_peers.size()) + 1, &cpus)) {
+    opts.spin_time = detail::kOversubscribedSpin;
+    opts.yield_always = true;
+    TANDEM_INFO(
+        init,
+        "rank {}: {} ranks on this host share {} CPU(s): a waiting rank yields its CPU "
+        "on every poll, for up to {} ms before it blocks (TANDEM_SPIN_US=auto; a number "
+        "sets the spin time)",
+        rank, same_host_peers.size() + 1, cpus,
+        std::chrono::duration_cast<std::chrono::milliseconds>(detail::kOversubscribedSpin).count());
+  }
+  auto mesh = std::make_unique<detail::MeshImpl>(rank, opts, peers, links);
   std::unique_ptr<shm::Context> shm;
   if (!local.empty()) {
     try {

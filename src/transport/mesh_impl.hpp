@@ -47,6 +47,10 @@ inline constexpr auto kControlPeriod = 1ms;
 // other's wake-up, call after call. A woken vCPU may run again up to hundreds of microseconds
 // later (docs/architecture.md).
 inline constexpr auto kSpinAfterWake = 2ms;
+// Where ranks outnumber CPUs, a waiting rank polls and yields this long before it blocks: a
+// yield lets the peer it waits for run at once, while a blocked rank must be woken and
+// scheduled (docs/benchmarks-small.md#waiting-spin-then-sleep).
+inline constexpr auto kOversubscribedSpin = std::chrono::nanoseconds(20ms);
 /// How long a normal close waits for the peers to have what this rank sent (UCX).
 inline constexpr auto kFlushBound = 10s;
 // After a data connection closes, how long to wait for the control connection to say why.

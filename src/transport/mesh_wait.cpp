@@ -40,7 +40,11 @@ void MeshImpl::run_wait(std::span<Request* const> rs, Deadline deadline) {
     const bool moved = progress_all();
     if (done()) return;
     if (!moved && spin && (i & 7) != 0) {
-      core::cpu_relax();
+      if (options_.yield_always) {
+        sched_yield();
+      } else {
+        core::cpu_relax();
+      }
       continue;
     }
     const auto now = Clock::now();
@@ -64,7 +68,7 @@ void MeshImpl::run_wait(std::span<Request* const> rs, Deadline deadline) {
       spin_until = std::max(spin_until, now + options_.spin_time);
     } else if (now >= spin_until) {
       block(deadline);
-    } else if ((i & 15) == 0) {
+    } else if (options_.yield_always || (i & 15) == 0) {
       // The peer may be waiting for this very CPU (more busy threads than cores): let it
       // run. Two ranks left on one core by the scheduler otherwise take turns of a whole
       // spin time (docs/topology.md); a peer on its own core does not notice a yield that

@@ -508,6 +508,16 @@ TEST(InvalidArguments, CreateRejectsBadRankSizeAndAlgorithm) {
   expect_invalid([&] { Communicator::create(store, 0, 1, o); }, "timeout must be positive");
 }
 
+TEST(InvalidArguments, SpinTimeIsAutoOrMicroseconds) {
+  auto store = std::make_shared<store::HashStore>();
+  for (const char* bad : {"fast", "-1", "50us"}) {
+    testing::ScopedEnv spin("TANDEM_SPIN_US", bad);
+    expect_invalid([&] { Communicator::create(store, 0, 1); }, "must be auto or microseconds >= 0");
+  }
+  testing::ScopedEnv spin("TANDEM_SPIN_US", "0");
+  EXPECT_EQ(Communicator::create(store, 0, 1)->size(), 1);
+}
+
 TEST(InvalidArguments, UnknownTransportIsNamedWithTheChoices) {
   auto store = std::make_shared<store::HashStore>();
   testing::ScopedEnv transport("TANDEM_TRANSPORT", "rdma");

@@ -27,9 +27,9 @@ testing::RunOptions run_options(std::string_view transport, std::vector<std::str
 /// The world communicator of a forked rank (after re-reading TANDEM_DEBUG for its logger).
 std::shared_ptr<Communicator> connect(const testing::RankContext& ctx, CommOptions options = {});
 
-/// Kills rank `victim` inside an allreduce (sum) of `view` on `comm`: the victim starts it
-/// asynchronously and SIGKILLs itself once every other rank has said through `store` that it
-/// is entering it; every other rank runs it and must fail with PeerLost naming the victim
+/// Kills rank `victim` while the others are inside an allreduce (sum) of `view` on `comm`: the
+/// victim SIGKILLs itself once every other rank has said through `store` that it is entering
+/// it; every other rank runs it and must fail with PeerLost naming the victim
 /// within 15 s (gtest failures otherwise). Returns the survivor's error message (prints it
 /// after `label` with the time it took); the victim never returns.
 std::string allreduce_while_rank_dies(Communicator& comm, store::Store& store, BufferView view,

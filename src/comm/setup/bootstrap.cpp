@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <mutex>
 #include <unistd.h>
@@ -57,10 +58,16 @@ transport::MeshOptions mesh_options(const CommOptions& o, std::chrono::milliseco
   m.socket_ifname = ifname.list;
   m.socket_ifname_source = ifname.variable;
   m.token = settings::get_string("TANDEM_STORE_TOKEN");
-  const auto spin_us = settings::get_int("TANDEM_SPIN_US");
-  TANDEM_CHECK_ARG(spin_us >= 0, "TANDEM_SPIN_US={} must not be negative (0 blocks at once)",
-                   spin_us);
-  m.spin_time = std::chrono::microseconds(spin_us);
+  const std::string spin = settings::get_string("TANDEM_SPIN_US");
+  m.spin_auto = spin == "auto";
+  if (!m.spin_auto) {
+    std::int64_t spin_us = -1;
+    const auto [end, ec] = std::from_chars(spin.data(), spin.data() + spin.size(), spin_us);
+    TANDEM_CHECK_ARG(ec == std::errc() && end == spin.data() + spin.size() && spin_us >= 0,
+                     "TANDEM_SPIN_US={:?} must be auto or microseconds >= 0 (0 blocks at once)",
+                     spin);
+    m.spin_time = std::chrono::microseconds(spin_us);
+  }
   const auto buff = settings::get_bytes("TANDEM_BUFFSIZE");
   TANDEM_CHECK_ARG(buff >= 4096, "TANDEM_BUFFSIZE={} is too small (at least 4K; default 4M)", buff);
   m.shm_buffer_bytes = static_cast<std::size_t>(buff);
@@ -372,6 +379,8 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
                       : fmt::format("collectives of '{}' (rank {} of {})", prefix, rank, size));
   }
 
+  const auto setup_start = Clock::now();
+  const std::uint64_t requests_before = store->requests();
   if (size > 1) {
     watch_peers(impl->id, impl->rendezvous, std::move(lost_key), mesh_opts);
     try {
@@ -385,6 +394,9 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
     impl->context.emplace(
         algorithms::Context{*impl->mesh, impl->scratch, impl->config.chunk_bytes});
     find_local(*impl->mesh, impl->id);
+    // The worker's waits follow the mesh's: no spinning where the host's ranks outnumber its CPUs.
+    if (mesh_opts.spin_auto && transport::oversubscribed(impl->id.local_size))
+      impl->config.spin_time = std::chrono::nanoseconds(0);
     impl->config.hosts = algorithms::HostLayout::of(*impl->mesh);
     apply_tuning(*impl);
     warm_paths(*impl);
@@ -415,6 +427,10 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
     });
   }
   log_summary(*impl);
+  if (size > 1)
+    TANDEM_INFO(init, "communicator '{}': set up in {:.1f} ms with {} store requests", prefix,
+                std::chrono::duration<double, std::milli>(Clock::now() - setup_start).count(),
+                store->requests() - requests_before);
   impl->bias_to_caller();  // before any other thread can reach it
   return impl;
 }

@@ -152,7 +152,7 @@ TEST(Settings, DeclaresExactlyTheDocumentedNamesTypesAndDefaults) {
       {"TANDEM_GPU_TRANSPORT", {Type::choice, "auto"}},
       {"TANDEM_SHM_DISABLE", {Type::boolean, "0"}},
       {"TANDEM_SOCKETS_PER_PEER", {Type::integer, "1"}},
-      {"TANDEM_SPIN_US", {Type::integer, "50"}},
+      {"TANDEM_SPIN_US", {Type::string, "auto"}},
       {"TANDEM_STALL_WARN", {Type::seconds, "60"}},
       {"TANDEM_STORE_TOKEN", {Type::string, ""}},
       {"TANDEM_STORE_ADDR", {Type::string, ""}},
@@ -333,23 +333,24 @@ TEST(Settings, Booleans) {
 
 TEST(Settings, Integers) {
   {
-    ScopedEnv e("TANDEM_SPIN_US", "123");
-    EXPECT_EQ(get_int("TANDEM_SPIN_US"), 123);
+    ScopedEnv e("TANDEM_TRACE_EVENTS", "123");
+    EXPECT_EQ(get_int("TANDEM_TRACE_EVENTS"), 123);
   }
   {
-    ScopedEnv e("TANDEM_SPIN_US", "-7");
-    EXPECT_EQ(get_int("TANDEM_SPIN_US"), -7);
+    ScopedEnv e("TANDEM_TRACE_EVENTS", "-7");
+    EXPECT_EQ(get_int("TANDEM_TRACE_EVENTS"), -7);
   }
   EXPECT_EQ(get_int("TANDEM_SOCKETS_PER_PEER"), 1);
   for (const char* bad : {"12x", "1.5", "abc", "99999999999999999999"}) {
-    ScopedEnv e("TANDEM_SPIN_US", bad);
+    ScopedEnv e("TANDEM_TRACE_EVENTS", bad);
     try {
-      (void)get_int("TANDEM_SPIN_US");
+      (void)get_int("TANDEM_TRACE_EVENTS");
       ADD_FAILURE() << "accepted " << bad;
     } catch (const Error& err) {
       EXPECT_EQ(err.code(), ErrorCode::InvalidArgument);
-      EXPECT_NE(err.message().find(std::string("TANDEM_SPIN_US='") + bad + "' is not an integer"),
-                std::string::npos)
+      EXPECT_NE(
+          err.message().find(std::string("TANDEM_TRACE_EVENTS='") + bad + "' is not an integer"),
+          std::string::npos)
           << err.what();
     }
   }
