@@ -54,11 +54,16 @@ std::vector<std::string> KvState::missing(const std::vector<std::string>& keys) 
   return out;
 }
 
-void KvState::register_on_missing(std::uint64_t conn, const Waiter& w) {
+void KvState::register_on_missing(std::uint64_t conn, Waiter& w) {
+  w.pending = 0;
   for (const auto& k : w.keys) {
     if (map_.contains(k)) continue;
     auto& conns = waiting_on_[k];
-    if (std::find(conns.begin(), conns.end(), conn) == conns.end()) conns.push_back(conn);
+    // A key listed twice is registered once (its write fires once).
+    if (conns.empty() || conns.back() != conn) {
+      conns.push_back(conn);
+      ++w.pending;
+    }
   }
 }
 
@@ -105,6 +110,7 @@ void KvState::wrote(const std::string& key) {
   for (std::uint64_t conn : conns) {
     auto w = waiters_.find(conn);
     if (w == waiters_.end()) continue;
+    if (w->second.pending > 0 && --w->second.pending > 0) continue;
     if (missing(w->second.keys).empty()) {
       ready_.emplace_back(conn, completion(w->second));
       unregister(conn, w->second);

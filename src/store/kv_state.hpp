@@ -56,11 +56,16 @@ class KvState {
     proto::Type type = proto::Type::wait;
     std::vector<std::string> keys;
     Deadline deadline = Deadline::max();
+    /// Keys it is registered on (waiting_on_) that have not been written since: only when
+    /// none is left are all its keys looked up again, so that n waiters on n keys cost O(n^2)
+    /// lookups in all, not O(n^3).
+    std::size_t pending = 0;
   };
 
   const std::string* find(const std::string& key) const;
   std::vector<std::string> missing(const std::vector<std::string>& keys) const;
-  void register_on_missing(std::uint64_t conn, const Waiter& w);
+  /// Registers `w` on each of its keys that is missing and sets w.pending to their number.
+  void register_on_missing(std::uint64_t conn, Waiter& w);
   void unregister(std::uint64_t conn, const Waiter& w);
   void wrote(const std::string& key);
   proto::Message completion(const Waiter& w) const;

@@ -14,8 +14,10 @@ namespace tandem::store {
 namespace {
 
 // How long past its own deadline a client waits for the server's TIMEOUT reply before it
-// concludes that the server is stuck.
-constexpr auto kReplyMargin = std::chrono::seconds(5);
+// concludes that the server is stuck (a server that died closes the connection at once). On a
+// host whose CPUs hundreds of ranks share, the server's thread may not run for seconds
+// (docs/scale.md).
+constexpr auto kReplyMargin = std::chrono::seconds(30);
 
 std::int64_t timeout_ms(Deadline deadline) {
   if (deadline == Deadline::max()) return -1;

@@ -186,6 +186,22 @@ TEST_P(StoreContract, MultiGetReturnsTheValuesInOrderOnceAllAreSet) {
   EXPECT_TRUE(store_->multi_get(std::vector<std::string>{}, deadline_in(1s)).empty());
 }
 
+// A key listed twice, a key written twice, a key deleted after it was seen: the waiter still
+// wakes exactly when every key is set (the server counts registrations, then looks again).
+TEST_P(StoreContract, MultiGetWithRepeatedWritesAndKeysWakesWhenAllAreSet) {
+  auto other = env_->client();
+  std::vector<std::string> got;
+  std::thread reader([&] {
+    got = store_->multi_get(std::vector<std::string>{"r/a", "r/b", "r/a", "r/c"}, deadline_in(30s));
+  });
+  other->set("r/a", "1");
+  other->set("r/a", "2");
+  other->set("r/b", "b");
+  other->set("r/c", "c");
+  reader.join();
+  EXPECT_EQ(got, (std::vector<std::string>{"2", "b", "2", "c"}));
+}
+
 TEST_P(StoreContract, MultiGetTimesOutNamingOnlyMissingKeys) {
   store_->set("have", "1");
   const std::vector<std::string> keys = {"have", "lacking-a", "lacking-b"};
