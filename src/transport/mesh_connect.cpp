@@ -83,6 +83,162 @@ bool oversubscribed(int local_ranks, int* cpus_out) noexcept {
   return local_ranks > cpus;
 }
 
+namespace {
+
+// This rank's record before its listening address is known.
+RankRecord self_record(int rank, const MeshOptions& options) {
+  TANDEM_CHECK_ARG(options.host_label.find_first_of("\r\n") == std::string::npos,
+                   "host label {:?} must not contain a line break", options.host_label);
+  std::string host_id = local_host_id();
+  if (!options.host_label.empty()) host_id += "/label:" + options.host_label;
+  RankRecord self;
+  self.info =
+      PeerInfo{rank, net::local_host_name(), std::move(host_id), static_cast<int>(::getpid())};
+  self.shm_disable = options.shm_disable;
+  self.streams = options.sockets_per_peer;
+  return self;
+}
+
+// Every rank's record, `self` at `rank`, through the store (one read of the others' keys).
+std::vector<RankRecord> exchange_records(store::Store& store, int rank, int size,
+                                         const RankRecord& self, Deadline deadline,
+                                         const MeshOptions& options) {
+  std::vector<int> others;
+  for (int p = 0; p < size; ++p)
+    if (p != rank) others.push_back(p);
+  const auto texts = gather(store, "addr/", rank, encode_record(self), others, deadline,
+                            "addresses", options.check_peers);
+  std::vector<RankRecord> records(static_cast<std::size_t>(size));
+  records[static_cast<std::size_t>(rank)] = self;
+  for (std::size_t i = 0; i < others.size(); ++i)
+    records[static_cast<std::size_t>(others[i])] = decode_record(texts[i], others[i]);
+  return records;
+}
+
+// How this rank reaches each peer, from the records.
+struct LinkPlan {
+  std::vector<Link> links;
+  std::vector<PeerInfo> peers;
+  std::vector<tcp::Target> targets;  // what connect_all() dials (a control connection each)
+  std::vector<int> local, remote, over_ucx, same_host;
+};
+
+LinkPlan plan_links(int rank, const std::vector<RankRecord>& records, const MeshOptions& options,
+                    bool have_ucx) {
+  const auto n = records.size();
+  const RankRecord& self = records[static_cast<std::size_t>(rank)];
+  LinkPlan plan{std::vector<Link>(n, Link::tcp),
+                std::vector<PeerInfo>(n),
+                std::vector<tcp::Target>(n),
+                {},
+                {},
+                {},
+                {}};
+  for (int p = 0; p < static_cast<int>(n); ++p) {
+    const RankRecord& r = records[static_cast<std::size_t>(p)];
+    plan.peers[static_cast<std::size_t>(p)] = r.info;
+    if (p == rank) {
+      plan.links[static_cast<std::size_t>(p)] = Link::self;
+      continue;
+    }
+    const bool same_host = r.info.host_id == self.info.host_id;
+    if (same_host) plan.same_host.push_back(p);
+    const bool shm = same_host && !options.shm_disable && !r.shm_disable;
+    const bool use_ucx = !shm && have_ucx && !r.ucx.empty();
+    if (!shm && have_ucx && r.ucx.empty() && options.transport == NetTransport::ucx) {
+      TANDEM_WARN(init,
+                  "rank {}: TANDEM_TRANSPORT=ucx, but rank {} ({}) does not offer UCX (its "
+                  "TANDEM_TRANSPORT is tcp, or auto without an RDMA device, or its tandem has "
+                  "no UCX): tcp to it. Give every rank the same TANDEM_TRANSPORT",
+                  rank, p, r.info.host);
+    }
+    plan.links[static_cast<std::size_t>(p)] = shm ? Link::shm : use_ucx ? Link::ucx : Link::tcp;
+    (shm ? plan.local : use_ucx ? plan.over_ucx : plan.remote).push_back(p);
+    // A peer over shm or UCX gets a control connection only (liveness, goodbyes).
+    plan.targets[static_cast<std::size_t>(p)] = tcp::Target{
+        r.address, r.port, shm || use_ucx ? 0 : std::min(self.streams, r.streams), same_host};
+  }
+  return plan;
+}
+
+// The options the mesh runs with: TANDEM_SPIN_US=auto yields on every poll where this host's
+// ranks outnumber their CPUs.
+MeshOptions wait_options(int rank, int local_ranks, const MeshOptions& options) {
+  MeshOptions opts = options;
+  int cpus = 0;
+  if (opts.spin_auto && oversubscribed(local_ranks, &cpus)) {
+    opts.spin_time = detail::kOversubscribedSpin;
+    opts.yield_always = true;
+    TANDEM_INFO(
+        init,
+        "rank {}: {} ranks on this host share {} CPU(s): a waiting rank yields its CPU "
+        "on every poll, for up to {} ms before it blocks (TANDEM_SPIN_US=auto; a number "
+        "sets the spin time)",
+        rank, local_ranks, cpus,
+        std::chrono::duration_cast<std::chrono::milliseconds>(detail::kOversubscribedSpin).count());
+  }
+  return opts;
+}
+
+// The shared-memory segment of this rank's host peers, each peer's mapped (null without any).
+std::unique_ptr<shm::Context> connect_shm(store::Store& store, int rank,
+                                          const std::vector<int>& local,
+                                          const std::vector<RankRecord>& records, Deadline deadline,
+                                          const MeshOptions& options) {
+  if (local.empty()) return nullptr;
+  std::unique_ptr<shm::Context> shm;
+  try {
+    shm = std::make_unique<shm::Context>(rank, local, options.shm_buffer_bytes, run_id(records));
+  } catch (const Error& e) {
+    store.set(fmt::format("shm/{}", rank), "!" + e.message());  // the local peers fail fast
+    throw;
+  }
+  const auto names = gather(store, "shm/", rank, shm->name(), local, deadline,
+                            "shared-memory segment names", options.check_peers);
+  for (std::size_t i = 0; i < local.size(); ++i) {
+    if (names[i].starts_with('!'))
+      TANDEM_THROW(ErrorCode::Io, "rank {} could not set up shared memory: {}", local[i],
+                   std::string_view(names[i]).substr(1));
+    shm->attach(local[i], names[i]);
+  }
+  return shm;
+}
+
+// Attaches an endpoint per peer over its link and its control connection; returns the UCX
+// lanes ("3 via rc_mlx5/mlx5_0:1, ...") for the log.
+std::string attach_endpoints(detail::MeshImpl& mesh, const LinkPlan& plan,
+                             std::vector<tcp::PeerSockets>& sockets, tcp::Context& tcp,
+                             shm::Context* shm, ucx::Context* ucx,
+                             const std::vector<RankRecord>& records) {
+  std::string ucx_lanes;
+  for (int p = 0; p < static_cast<int>(plan.links.size()); ++p) {
+    if (p == mesh.rank()) continue;
+    auto& s = sockets[static_cast<std::size_t>(p)];
+    std::unique_ptr<Endpoint> ep;
+    switch (plan.links[static_cast<std::size_t>(p)]) {
+      case Link::shm:
+        ep = shm->make_endpoint(p, mesh.failures());
+        break;
+      case Link::ucx: {
+        const auto address = ucx::from_hex(records[static_cast<std::size_t>(p)].ucx);
+        if (!address)
+          TANDEM_THROW(ErrorCode::Internal, "rank {} published a malformed UCX address", p);
+        ep = ucx->make_endpoint(p, *address, mesh.failures());
+        ucx_lanes +=
+            fmt::format("{}{} via {}", ucx_lanes.empty() ? "" : ", ", p, ucx::describe(*ep));
+        break;
+      }
+      default:
+        ep = tcp.make_endpoint(p, std::move(s.data), mesh.failures());
+        break;
+    }
+    mesh.attach(p, Control(std::move(s.control)), std::move(ep));
+  }
+  return ucx_lanes;
+}
+
+}  // namespace
+
 std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
                                    const MeshOptions& options) {
   TANDEM_CHECK_ARG(size >= 1 && rank >= 0 && rank < size, "rank {} is not in a group of {} ranks",
@@ -92,17 +248,7 @@ std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
                    tcp::kMaxStreams);
   const auto start = Clock::now();
   const Deadline deadline = deadline_in(options.connect_timeout);
-  const auto n = static_cast<std::size_t>(size);
-
-  RankRecord self;
-  TANDEM_CHECK_ARG(options.host_label.find_first_of("\r\n") == std::string::npos,
-                   "host label {:?} must not contain a line break", options.host_label);
-  std::string host_id = local_host_id();
-  if (!options.host_label.empty()) host_id += "/label:" + options.host_label;
-  self.info =
-      PeerInfo{rank, net::local_host_name(), std::move(host_id), static_cast<int>(::getpid())};
-  self.shm_disable = options.shm_disable;
-  self.streams = options.sockets_per_peer;
+  RankRecord self = self_record(rank, options);
   if (size == 1) {
     return std::make_unique<detail::MeshImpl>(rank, options, std::vector<PeerInfo>{self.info},
                                               std::vector<Link>{Link::self});
@@ -122,111 +268,24 @@ std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
                    options.token);
   self.address = tcp.address();
   self.port = tcp.port();
-  std::vector<int> others;
-  for (int p = 0; p < size; ++p)
-    if (p != rank) others.push_back(p);
-  const auto texts = gather(store, "addr/", rank, encode_record(self), others, deadline,
-                            "addresses", options.check_peers);
-  std::vector<RankRecord> records(n);
-  records[static_cast<std::size_t>(rank)] = self;
-  for (std::size_t i = 0; i < others.size(); ++i)
-    records[static_cast<std::size_t>(others[i])] = decode_record(texts[i], others[i]);
-
-  std::vector<Link> links(n, Link::tcp);
-  std::vector<PeerInfo> peers(n);
-  std::vector<tcp::Target> targets(n);
-  std::vector<int> local, remote, over_ucx, same_host_peers;
-  for (int p = 0; p < size; ++p) {
-    const RankRecord& r = records[static_cast<std::size_t>(p)];
-    peers[static_cast<std::size_t>(p)] = r.info;
-    if (p == rank) {
-      links[static_cast<std::size_t>(p)] = Link::self;
-      continue;
-    }
-    const bool same_host = r.info.host_id == self.info.host_id;
-    if (same_host) same_host_peers.push_back(p);
-    const bool shm = same_host && !options.shm_disable && !r.shm_disable;
-    const bool use_ucx = !shm && ucx != nullptr && !r.ucx.empty();
-    if (!shm && ucx != nullptr && r.ucx.empty() && options.transport == NetTransport::ucx) {
-      TANDEM_WARN(init,
-                  "rank {}: TANDEM_TRANSPORT=ucx, but rank {} ({}) does not offer UCX (its "
-                  "TANDEM_TRANSPORT is tcp, or auto without an RDMA device, or its tandem has "
-                  "no UCX): tcp to it. Give every rank the same TANDEM_TRANSPORT",
-                  rank, p, r.info.host);
-    }
-    links[static_cast<std::size_t>(p)] = shm ? Link::shm : use_ucx ? Link::ucx : Link::tcp;
-    (shm ? local : use_ucx ? over_ucx : remote).push_back(p);
-    // A peer over shm or UCX gets a control connection only (liveness, goodbyes).
-    targets[static_cast<std::size_t>(p)] = tcp::Target{
-        r.address, r.port, shm || use_ucx ? 0 : std::min(self.streams, r.streams), same_host};
-  }
-
-  MeshOptions opts = options;
-  int cpus = 0;
-  if (opts.spin_auto && oversubscribed(static_cast<int>(same_host_peers.size()) + 1, &cpus)) {
-    opts.spin_time = detail::kOversubscribedSpin;
-    opts.yield_always = true;
-    TANDEM_INFO(
-        init,
-        "rank {}: {} ranks on this host share {} CPU(s): a waiting rank yields its CPU "
-        "on every poll, for up to {} ms before it blocks (TANDEM_SPIN_US=auto; a number "
-        "sets the spin time)",
-        rank, same_host_peers.size() + 1, cpus,
-        std::chrono::duration_cast<std::chrono::milliseconds>(detail::kOversubscribedSpin).count());
-  }
-  auto mesh = std::make_unique<detail::MeshImpl>(rank, opts, peers, links);
-  std::unique_ptr<shm::Context> shm;
-  if (!local.empty()) {
-    try {
-      shm = std::make_unique<shm::Context>(rank, local, options.shm_buffer_bytes, run_id(records));
-    } catch (const Error& e) {
-      store.set(fmt::format("shm/{}", rank), "!" + e.message());  // the local peers fail fast
-      throw;
-    }
-    const auto names = gather(store, "shm/", rank, shm->name(), local, deadline,
-                              "shared-memory segment names", options.check_peers);
-    for (std::size_t i = 0; i < local.size(); ++i) {
-      if (names[i].starts_with('!'))
-        TANDEM_THROW(ErrorCode::Io, "rank {} could not set up shared memory: {}", local[i],
-                     std::string_view(names[i]).substr(1));
-      shm->attach(local[i], names[i]);
-    }
-  }
-
-  auto sockets = tcp.connect_all(targets, deadline, options.check_peers);
-  std::string ucx_lanes;
-  for (int p = 0; p < size; ++p) {
-    if (p == rank) continue;
-    auto& s = sockets[static_cast<std::size_t>(p)];
-    std::unique_ptr<Endpoint> ep;
-    switch (links[static_cast<std::size_t>(p)]) {
-      case Link::shm:
-        ep = shm->make_endpoint(p, mesh->failures());
-        break;
-      case Link::ucx: {
-        const auto address = ucx::from_hex(records[static_cast<std::size_t>(p)].ucx);
-        if (!address)
-          TANDEM_THROW(ErrorCode::Internal, "rank {} published a malformed UCX address", p);
-        ep = ucx->make_endpoint(p, *address, mesh->failures());
-        ucx_lanes +=
-            fmt::format("{}{} via {}", ucx_lanes.empty() ? "" : ", ", p, ucx::describe(*ep));
-        break;
-      }
-      default:
-        ep = tcp.make_endpoint(p, std::move(s.data), mesh->failures());
-        break;
-    }
-    mesh->attach(p, Control(std::move(s.control)), std::move(ep));
-  }
-  if (shm) mesh->adopt_shm(std::move(shm), local);
-  mesh->share_host(same_host_peers);
-  if (!over_ucx.empty()) ucx_handshake(*mesh, over_ucx, rank, deadline);
+  const auto records = exchange_records(store, rank, size, self, deadline, options);
+  const LinkPlan plan = plan_links(rank, records, options, ucx != nullptr);
+  auto mesh = std::make_unique<detail::MeshImpl>(
+      rank, wait_options(rank, static_cast<int>(plan.same_host.size()) + 1, options), plan.peers,
+      plan.links);
+  auto shm = connect_shm(store, rank, plan.local, records, deadline, options);
+  auto sockets = tcp.connect_all(plan.targets, deadline, options.check_peers);
+  const std::string ucx_lanes =
+      attach_endpoints(*mesh, plan, sockets, tcp, shm.get(), ucx.get(), records);
+  if (shm) mesh->adopt_shm(std::move(shm), plan.local);
+  mesh->share_host(plan.same_host);
+  if (!plan.over_ucx.empty()) ucx_handshake(*mesh, plan.over_ucx, rank, deadline);
   testing::setup_step("connected");
   TANDEM_INFO(init,
               "rank {}/{} connected in {:.1f} ms: shm to [{}], tcp to [{}] ({} stream(s) each), "
               "{}listening on {}",
               rank, size, std::chrono::duration<double, std::milli>(Clock::now() - start).count(),
-              fmt::join(local, ","), fmt::join(remote, ","), options.sockets_per_peer,
+              fmt::join(plan.local, ","), fmt::join(plan.remote, ","), options.sockets_per_peer,
               ucx_lanes.empty() ? std::string() : fmt::format("ucx to [{}], ", ucx_lanes),
               net::format_host_port(tcp.address(), tcp.port()));
   return mesh;
