@@ -94,70 +94,82 @@ void expect_failure_codes(const testing::RankContext& ctx, store::Store& store,
   }
 }
 
-TEST_P(Fault, MismatchedCountsFailWithMismatch) {
-  const auto exits = testing::run_ranks(
-      2,
-      [&](const testing::RankContext& ctx) {
-        auto comm = connect(ctx);
-        auto store = ctx.store();
-        std::vector<float> v(ctx.rank == 0 ? 100 : 200, 1.0f);
-        expect_failure_codes(
-            ctx, *store,
-            [&](const CallOptions& o) {
-              comm->allreduce(BufferView::of(std::span<float>(v)), ReduceOp::sum, o);
-            },
-            true);
-      },
-      run_options(GetParam()));
-  testing::expect_all_ok(exits);
+// Collectives the ranks call differently, one row each. `rank_calls(rank, comm, buffer, o)`
+// is what that rank calls; `mismatch`: at least one rank must say Mismatch (two ranks: their
+// messages meet and disagree). With three ranks an allreduce against a broadcast need not meet
+// at all (each rank waits for a different peer): nothing can tell a mismatch from a slow peer,
+// and the deadline ends it on every rank.
+struct MismatchCase {
+  const char* name;
+  int world;
+  std::function<void(int, Communicator&, std::vector<float>&, const CallOptions&)> rank_calls;
+  bool mismatch;
+};
+
+void allreduce_or_broadcast_on(int broadcaster, int rank, Communicator& comm, std::vector<float>& v,
+                               const CallOptions& o) {
+  auto view = BufferView::of(std::span<float>(v));
+  if (rank == broadcaster)
+    comm.broadcast(view, 0, o);
+  else
+    comm.allreduce(view, ReduceOp::sum, o);
 }
 
-TEST_P(Fault, AllreduceAgainstBroadcastFailsWithMismatch) {
+const MismatchCase kMismatches[] = {
+    {"Counts", 2,
+     [](int rank, Communicator& comm, std::vector<float>& v, const CallOptions& o) {
+       v.resize(rank == 0 ? 100 : 200);
+       comm.allreduce(BufferView::of(std::span<float>(v)), ReduceOp::sum, o);
+     },
+     true},
+    {"AllreduceAgainstBroadcast", 2,
+     [](int rank, Communicator& comm, std::vector<float>& v, const CallOptions& o) {
+       allreduce_or_broadcast_on(1, rank, comm, v, o);
+     },
+     true},
+    {"ThreeRanksAllreduceAgainstBroadcast", 3,
+     [](int rank, Communicator& comm, std::vector<float>& v, const CallOptions& o) {
+       allreduce_or_broadcast_on(2, rank, comm, v, o);
+     },
+     false},
+};
+
+class FaultMismatch
+    : public ::testing::TestWithParam<std::tuple<std::string, const MismatchCase*>> {};
+
+TEST_P(FaultMismatch, EveryRankFailsByTheDeadline) {
+  const auto& [transport, c] = GetParam();
   const auto exits = testing::run_ranks(
-      2,
+      c->world,
       [&](const testing::RankContext& ctx) {
         auto comm = connect(ctx);
         auto store = ctx.store();
         std::vector<float> v(1000, 1.0f);
-        auto view = BufferView::of(std::span<float>(v));
         expect_failure_codes(
-            ctx, *store,
-            [&](const CallOptions& o) {
-              if (ctx.rank == 1)
-                comm->broadcast(view, 0, o);
-              else
-                comm->allreduce(view, ReduceOp::sum, o);
-            },
-            true);
+            ctx, *store, [&](const CallOptions& o) { c->rank_calls(ctx.rank, *comm, v, o); },
+            c->mismatch);
       },
-      run_options(GetParam()));
+      run_options(transport));
   testing::expect_all_ok(exits);
 }
 
-// With three ranks the messages of the two collectives need not meet at all (each rank
-// waits for a different peer): nothing can tell a mismatch from a slow peer, and the
-// deadline ends it on every rank.
-TEST_P(Fault, ThreeRanksAllreduceAgainstBroadcastFailByTheDeadline) {
-  const auto exits = testing::run_ranks(
-      3,
-      [&](const testing::RankContext& ctx) {
-        auto comm = connect(ctx);
-        auto store = ctx.store();
-        std::vector<float> v(1000, 1.0f);
-        auto view = BufferView::of(std::span<float>(v));
-        expect_failure_codes(
-            ctx, *store,
-            [&](const CallOptions& o) {
-              if (ctx.rank == 2)
-                comm->broadcast(view, 0, o);
-              else
-                comm->allreduce(view, ReduceOp::sum, o);
-            },
-            false);
-      },
-      run_options(GetParam()));
-  testing::expect_all_ok(exits);
+std::string mismatch_name(
+    const ::testing::TestParamInfo<std::tuple<std::string, const MismatchCase*>>& p) {
+  return std::get<0>(p.param) + "_" + std::get<1>(p.param)->name;
 }
+
+INSTANTIATE_TEST_SUITE_P(RealTransports, FaultMismatch,
+                         ::testing::Combine(::testing::Values("shm", "tcp"),
+                                            ::testing::Values(&kMismatches[0], &kMismatches[1],
+                                                              &kMismatches[2])),
+                         mismatch_name);
+#if TANDEM_HAVE_UCX
+INSTANTIATE_TEST_SUITE_P(Ucx, FaultMismatch,
+                         ::testing::Combine(::testing::Values("ucx", "ucx_tcp"),
+                                            ::testing::Values(&kMismatches[0], &kMismatches[1],
+                                                              &kMismatches[2])),
+                         mismatch_name);
+#endif
 
 // In debug mode the ranks compare their calls first: the same three-rank mismatch fails at
 // once with Mismatch on every rank, naming each rank's call.
