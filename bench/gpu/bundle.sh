@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Packs what bench/gpu/check.sh needs into one directory, for a GPU machine that has a CUDA
+# Packs what bench/gpu/check.sh (and, with bench/gpu/python_ext.sh, train.sh) needs into one
+# directory, for a GPU machine that has a CUDA
 # driver but not this build's Debian libraries (for instance an Ubuntu host): the stripped
 # test and tool binaries, libtandem and libtandem_cuda, the Debian libraries they link that
 # such a host may lack (fmt, hwloc, Highway, numa, UCX) and UCX's transport modules. CUDA's
@@ -13,11 +14,12 @@ BUILD_DIR=${BUILD_DIR:-build}
 OUT=${OUT:-build-carry}
 here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$OUT"
-mkdir -p "$OUT/bin" "$OUT/lib" "$OUT/ucx"
+mkdir -p "$OUT/bin" "$OUT/lib" "$OUT/ucx" "$OUT/include"
 for b in test_gpu tandemrun tandem-perf; do
   strip -o "$OUT/bin/$b" "$BUILD_DIR/bin/$b"
 done
 strip -o "$OUT/lib/libtandem.so.0" "$(readlink -f "$BUILD_DIR/lib/libtandem.so.0")"
+ln -sf libtandem.so.0 "$OUT/lib/libtandem.so"  # what python_ext.sh links against
 strip -o "$OUT/lib/libtandem_cuda.so" "$BUILD_DIR/lib/libtandem_cuda.so"
 # The Debian libraries of libtandem and the tools, other than glibc's, libstdc++ and CUDA's.
 ldd "$BUILD_DIR/bin/test_gpu" "$BUILD_DIR/bin/tandemrun" "$BUILD_DIR/lib/libtandem_cuda.so" |
@@ -28,6 +30,9 @@ if [ -d /usr/lib/x86_64-linux-gnu/ucx ]; then
   cp -L /usr/lib/x86_64-linux-gnu/ucx/libuct_*.so.0 "$OUT/ucx/"
 fi
 cp "$here/check.sh" "$here/steps.sh" "$OUT/"
+# fmt's headers: bench/gpu/python_ext.sh builds the Python extension there against the
+# machine's own torch and this libtandem.
+cp -r /usr/include/fmt "$OUT/include/"
 cat >"$OUT/run.sh" <<'RUN'
 #!/usr/bin/env bash
 # bench/gpu/check.sh with this bundle's binaries and libraries; logs in $OUT (default
