@@ -194,6 +194,23 @@ TEST(TcpStore, MultiGetTakesOneRequestPer4096Keys) {
   EXPECT_EQ(prefixed.requests(), 2u);  // HELLO and SET
 }
 
+// Many clients connected at once, as the ranks of a large job are: none loses a key or an add.
+TEST(TcpStore, AThousandClientsAtOnceLoseNoKeys) {
+  TcpStoreServer server(server_options());
+  std::vector<std::unique_ptr<TcpStore>> clients;
+  std::vector<std::string> keys;
+  for (int i = 0; i < 1000; ++i) {
+    clients.push_back(std::make_unique<TcpStore>("127.0.0.1", server.port(), client_options()));
+    keys.push_back(fmt::format("rank/{}", i));
+    clients.back()->set(keys.back(), std::to_string(i));
+    clients.back()->add("joined", 1);
+  }
+  const auto values = clients.front()->multi_get(keys, deadline_in(30s));
+  ASSERT_EQ(values.size(), keys.size());
+  for (int i = 0; i < 1000; ++i) EXPECT_EQ(values[static_cast<std::size_t>(i)], std::to_string(i));
+  EXPECT_EQ(clients.back()->add("joined", 0), 1000);
+}
+
 TEST(TcpStore, TokenFromEnvironment) {
   TcpStoreServer server(server_options());
   {
