@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Setup across "hosts": HOSTS network namespaces of this machine on one bridge (10.216.0.0/24),
+# RANKS ranks in each (shared memory inside a namespace, TCP between them), one tandemrun per
+# namespace (--nnodes HOSTS), tandem-perf's 8 B and 1 MiB allreduce. Reports the whole run, the
+# slowest rank's setup, store requests and connections per rank (from TANDEM_DEBUG=INFO) and
+# the allreduce p50, then tears the namespaces down. Needs root and iproute2.
+#
+#   bash bench/scale/hosts.sh                       # HOSTS=8 RANKS=4 BUILD_DIR=build
+set -euo pipefail
+BUILD_DIR=$(cd "${BUILD_DIR:-build}" && pwd)
+HOSTS=${HOSTS:-8}
+RANKS=${RANKS:-4}
+OUT=${OUT:-$BUILD_DIR/bench-scale-hosts}
+PORT=${PORT:-29611}
+[ "$(id -u)" -eq 0 ] || { echo "hosts.sh: network namespaces need root" >&2; exit 1; }
+mkdir -p "$OUT"
+ns() { echo "tscale$1"; }
+cleanup() {
+  for i in $(seq 0 $((HOSTS - 1))); do ip netns del "$(ns "$i")" 2>/dev/null || true; done
+  ip link del tscalebr 2>/dev/null || true
+}
+trap cleanup EXIT
+cleanup
+ip link add tscalebr type bridge
+ip link set tscalebr up
+for i in $(seq 0 $((HOSTS - 1))); do
+  n=$(ns "$i")
+  ip netns add "$n"
+  ip link add "tsv$i" type veth peer name "tsp$i"
+  ip link set "tsp$i" master tscalebr up
+  ip link set "tsv$i" netns "$n"
+  ip netns exec "$n" ip addr add "10.216.0.$((i + 1))/24" dev "tsv$i"
+  ip netns exec "$n" ip link set "tsv$i" up
+  ip netns exec "$n" ip link set lo up
+done
+start=$(date +%s.%N)
+pids=()
+for i in $(seq 0 $((HOSTS - 1))); do
+  ip netns exec "$(ns "$i")" env TANDEM_STORE_TOKEN=scale-bench TANDEM_DEBUG=INFO \
+    TANDEM_DEBUG_SUBSYS=INIT "$BUILD_DIR/bin/tandemrun" --nnodes "$HOSTS" --node-rank "$i" \
+    --master-addr 10.216.0.1 --master-port "$PORT" --nproc-per-node "$RANKS" \
+    "$BUILD_DIR/bin/tandem-perf" -c allreduce -b 8 -e 1M -f 131072 -n 200 -w 20 \
+    >"$OUT/node$i.log" 2>&1 &
+  pids+=($!)
+done
+rc=0
+for p in "${pids[@]}"; do wait "$p" || rc=1; done
+end=$(date +%s.%N)
+[ "$rc" -eq 0 ] || { echo "hosts.sh: a node failed; see $OUT/node*.log" >&2; exit 1; }
+python3 - "$OUT" "$HOSTS" "$RANKS" "$start" "$end" <<'PY'
+import glob, re, sys
+out, hosts, ranks, start, end = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+text = "".join(open(f, errors="replace").read() for f in glob.glob(out + "/node*.log"))
+setup = [float(m) for m in re.findall(r"set up in ([0-9.]+) ms with", text)]
+reqs = [int(m) for m in re.findall(r"set up in [0-9.]+ ms with ([0-9]+) store requests", text)]
+conns = []
+for m in re.finditer(r"connected in [0-9.]+ ms: shm to \[([^\]]*)\], tcp to \[([^\]]*)\] \(([0-9]+) stream", text):
+    shm = len([x for x in m.group(1).split(",") if x])
+    tcp = len([x for x in m.group(2).split(",") if x])
+    conns.append(shm + tcp * (1 + int(m.group(3))))
+p50 = {}
+for line in open(out + "/node0.log", errors="replace"):
+    line = re.sub(r"^\[rank 0\]: *", "", line)
+    f = line.split()
+    if len(f) > 7 and f[0].isdigit():
+        p50[int(f[0])] = f[6]
+print("| hosts x ranks | whole run | setup, slowest rank | store requests per rank | connections per rank | 8 B p50 | 1 MiB p50 |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+print(f"| {hosts} x {ranks} | {end - start:.2f} s | {max(setup):.0f} ms | {max(reqs)} | {max(conns)} | "
+      f"{p50.get(8, '?')} us | {p50.get(1048576, '?')} us |")
+PY
