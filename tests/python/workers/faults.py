@@ -28,6 +28,11 @@ t = torch.ones(1 << 16)
 for _ in range(5):
     dist.all_reduce(t)
 dist.barrier()
+# Every rank is past the barrier before one misbehaves: a rank that left the barrier first and
+# aborted could otherwise fail another's barrier, outside the part of this script that reports.
+store = dist.distributed_c10d._get_default_store()
+store.set(f"past-barrier/{rank}", "1")
+store.wait([f"past-barrier/{r}" for r in range(world)], datetime.timedelta(seconds=60))
 
 if mode == "exit_in_flight":
     works = [dist.all_reduce(torch.ones(1 << 22), async_op=True) for _ in range(4)]
