@@ -152,6 +152,11 @@ TEST_P(AnySource, PeerThatDiesFailsTheWaitNamingIt) {
       [&](const testing::RankContext& ctx) {
         auto comm = connect(ctx);
         comm->barrier();
+        // Rank 2 dies only once every rank is past the barrier: leaving it first, it could
+        // otherwise fail another rank's barrier instead of the receive under test.
+        auto store = ctx.store();
+        store->set(fmt::format("past/{}", ctx.rank), "1");
+        store->wait(std::vector<std::string>{"past/0", "past/1", "past/2"});
         if (ctx.rank == 2) std::raise(SIGKILL);
         if (ctx.rank == 1) return;  // leaves normally, sending nothing
         std::vector<float> in(8);
