@@ -404,6 +404,39 @@ void set_keepalive(int fd, int idle_s, int interval_s, int count) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
 }
 
+namespace {
+
+// What read_full()/write_full() do after a call that moved nothing and set errno: retry
+// (EINTR; ENOTSOCK turns `is_socket` off), wait until the fd is ready (EAGAIN), or throw:
+// PeerLost for a closed connection, Timeout at the deadline, Io otherwise. `events`: POLLIN
+// for a read, POLLOUT for a write.
+void after_io_error(int fd, short events, bool& is_socket, std::size_t done, std::size_t n,
+                    Deadline deadline) {
+  const bool reading = events == POLLIN;
+  const int err = errno;
+  if (err == EINTR) return;
+  if (err == ENOTSOCK && is_socket) {
+    is_socket = false;
+    return;
+  }
+  if (err == EAGAIN || err == EWOULDBLOCK) {
+    if (!poll_one(fd, events, deadline))
+      TANDEM_THROW(ErrorCode::Timeout, "timed out {} {} ({} of {} bytes {})",
+                   reading ? "reading from" : "writing to", peer_address(fd), done, n,
+                   reading ? "received" : "sent");
+    return;
+  }
+  if (is_closed_errno(err))
+    throw ConnectionClosed(
+        ErrorCode::PeerLost,
+        fmt::format("connection to {} lost: {}", peer_address(fd), errno_text(err)), __FILE__,
+        __LINE__);
+  TANDEM_THROW(ErrorCode::Io, "{} {} failed: {}", reading ? "read from" : "write to",
+               peer_address(fd), errno_text(err));
+}
+
+}  // namespace
+
 void read_full(int fd, void* buf, std::size_t n, Deadline deadline) {
   auto* p = static_cast<std::byte*>(buf);
   std::size_t done = 0;
@@ -424,24 +457,7 @@ void read_full(int fd, void* buf, std::size_t n, Deadline deadline) {
                              fmt::format("connection to {} closed by the peer after {} of {} bytes",
                                          peer_address(fd), done, n),
                              __FILE__, __LINE__);
-    const int err = errno;
-    if (err == EINTR) continue;
-    if (err == ENOTSOCK && is_socket) {
-      is_socket = false;
-      continue;
-    }
-    if (err == EAGAIN || err == EWOULDBLOCK) {
-      if (!poll_one(fd, POLLIN, deadline))
-        TANDEM_THROW(ErrorCode::Timeout, "timed out reading from {} ({} of {} bytes received)",
-                     peer_address(fd), done, n);
-      continue;
-    }
-    if (is_closed_errno(err))
-      throw ConnectionClosed(
-          ErrorCode::PeerLost,
-          fmt::format("connection to {} lost: {}", peer_address(fd), errno_text(err)), __FILE__,
-          __LINE__);
-    TANDEM_THROW(ErrorCode::Io, "read from {} failed: {}", peer_address(fd), errno_text(err));
+    after_io_error(fd, POLLIN, is_socket, done, n, deadline);
   }
 }
 
@@ -459,24 +475,7 @@ void write_full(int fd, const void* buf, std::size_t n, Deadline deadline) {
       done += static_cast<std::size_t>(put);
       continue;
     }
-    const int err = errno;
-    if (err == EINTR) continue;
-    if (err == ENOTSOCK && is_socket) {
-      is_socket = false;
-      continue;
-    }
-    if (err == EAGAIN || err == EWOULDBLOCK) {
-      if (!poll_one(fd, POLLOUT, deadline))
-        TANDEM_THROW(ErrorCode::Timeout, "timed out writing to {} ({} of {} bytes sent)",
-                     peer_address(fd), done, n);
-      continue;
-    }
-    if (is_closed_errno(err))
-      throw ConnectionClosed(
-          ErrorCode::PeerLost,
-          fmt::format("connection to {} lost: {}", peer_address(fd), errno_text(err)), __FILE__,
-          __LINE__);
-    TANDEM_THROW(ErrorCode::Io, "write to {} failed: {}", peer_address(fd), errno_text(err));
+    after_io_error(fd, POLLOUT, is_socket, done, n, deadline);
   }
 }
 
