@@ -37,14 +37,14 @@ class PrivateOwner final : public SharedBuffer::Owner {
 
 SharedBuffer Communicator::allocate(std::size_t bytes) {
   Impl& impl = *impl_;
-  if (impl.failure.poisoned.load(std::memory_order_acquire)) {
-    std::lock_guard lock(impl.failure.mutex);
+  if (impl.runner.failure.poisoned.load(std::memory_order_acquire)) {
+    std::lock_guard lock(impl.runner.failure.mutex);
     TANDEM_THROW(ErrorCode::Aborted,
                  "Communicator::allocate: the communicator failed earlier ({}); create a new one",
-                 impl.failure.message);
+                 impl.runner.failure.message);
   }
   std::shared_ptr<transport::RegionPool> pool;
-  if (impl.mesh) pool = impl.mesh->regions();
+  if (impl.runner.mesh) pool = impl.runner.mesh->regions();
   if (!pool) {
     auto owner = std::make_unique<PrivateOwner>(bytes);
     void* data = owner->data();

@@ -36,7 +36,7 @@ bool same_view(const BufferView& a, const BufferView& b) noexcept {
 // tenth of an 8-byte allreduce over shared memory) is accurate enough for a deadline seconds
 // away. A timeline needs the precise time: it shows when the call was issued.
 void set_deadline(const Impl& impl, comm::Op& x, const CallOptions& o) noexcept {
-  x.issued = impl.diag.trace ? Clock::now() : core::coarse_now();
+  x.issued = impl.runner.diag.trace ? Clock::now() : core::coarse_now();
   const auto timeout = std::chrono::duration_cast<Clock::duration>(impl.config.timeout());
   auto& c = x.call;
   c.deadline = timeout >= Deadline::max() - x.issued ? Deadline::max() : x.issued + timeout;
@@ -274,24 +274,24 @@ std::shared_ptr<Work> Communicator::barrier_async(const CallOptions& o) {
 
 // ---- state ---------------------------------------------------------------------------------
 void Communicator::abort(std::string_view reason) {
-  impl_->poison(ErrorCode::Aborted,
-                fmt::format("communicator aborted by rank {}: {}", impl_->id.rank, reason));
+  impl_->runner.poison(ErrorCode::Aborted,
+                       fmt::format("communicator aborted by rank {}: {}", impl_->id.rank, reason));
 }
 
 bool Communicator::poisoned() const noexcept {
-  return impl_->failure.poisoned.load(std::memory_order_acquire);
+  return impl_->runner.failure.poisoned.load(std::memory_order_acquire);
 }
 
 std::exception_ptr Communicator::error() const {
-  std::lock_guard guard(impl_->failure.mutex);
-  return impl_->failure.error;
+  std::lock_guard guard(impl_->runner.failure.mutex);
+  return impl_->runner.failure.error;
 }
 
 std::string_view Communicator::transport_to(int peer) const {
   TANDEM_CHECK_ARG(peer >= 0 && peer < impl_->id.size,
                    "transport_to: peer {} is out of range [0, {})", peer, impl_->id.size);
-  if (peer == impl_->id.rank || !impl_->mesh) return "self";
-  return transport::to_string(impl_->mesh->link(peer));
+  if (peer == impl_->id.rank || !impl_->runner.mesh) return "self";
+  return transport::to_string(impl_->runner.mesh->link(peer));
 }
 
 std::string_view Communicator::algorithm_for(CollectiveKind kind, std::size_t bytes) const {
@@ -304,12 +304,13 @@ std::string_view Communicator::algorithm_for(CollectiveKind kind, std::size_t by
 }
 
 std::string_view Communicator::last_algorithm() const noexcept {
-  if (impl_->diag.last_on_device.load(std::memory_order_acquire)) {
-    const comm::DeviceBackend* device = impl_->device_live.load(std::memory_order_acquire);
+  if (impl_->runner.diag.last_on_device.load(std::memory_order_acquire)) {
+    const comm::DeviceBackend* device = impl_->runner.device_live.load(std::memory_order_acquire);
     return device != nullptr ? device->name() : std::string_view("device");
   }
   if (impl_->id.size == 1) return "local";
-  const algorithms::Algorithm* a = impl_->diag.last_algorithm.load(std::memory_order_acquire);
+  const algorithms::Algorithm* a =
+      impl_->runner.diag.last_algorithm.load(std::memory_order_acquire);
   return a != nullptr ? a->name() : std::string_view();
 }
 

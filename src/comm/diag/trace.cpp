@@ -3,7 +3,7 @@
 // while later operations run). Called only when tracing is on.
 
 #include "comm/diag/validate.hpp"
-#include "comm/impl.hpp"
+#include "comm/exec/op.hpp"
 
 namespace tandem::comm {
 

@@ -1,4 +1,5 @@
-#include "comm/impl.hpp"
+#include "comm/exec/op.hpp"
+#include "comm/exec/queue.hpp"
 
 #include <tandem/error.hpp>
 #include <tandem/work.hpp>
@@ -90,8 +91,9 @@ std::string Work::describe() const {
 
 namespace comm {
 
-OpWork::OpWork(const Op& o, std::span<const std::size_t> c, Clock::duration timeout)
-    : op(o), counts(c.begin(), c.end()) {
+OpWork::OpWork(const Op& o, std::span<const std::size_t> c, Clock::duration timeout,
+               std::shared_ptr<Queue> queue)
+    : op(o), counts(c.begin(), c.end()), queue_(std::move(queue)) {
   op.call.counts = counts;
   default_timeout_ = timeout;
 }
@@ -111,24 +113,11 @@ std::string OpWork::describe() const {
 }
 
 void OpWork::run_if_next(Deadline deadline) {
-  if (!helper) return;
-  if (deadline < op.call.deadline) {
-    // A shorter wait must return at its deadline while the operation goes on: the worker
-    // runs it, now rather than at its next lazy poll.
-    start_now();
-    return;
-  }
-  // Held while the operation runs: the communicator's shutdown waits for it.
-  std::lock_guard lock(helper->mutex);
-  if (helper->impl != nullptr) helper->impl->run_if_next(this);
+  queue_->help(*this, deadline);
 }
 
 void OpWork::start_now() {
-  if (!helper) return;
-  // Held by a thread running an operation inline: when it is done, release_mesh() wakes the
-  // worker for the operations queued behind it, this one included.
-  std::unique_lock lock(helper->mutex, std::try_to_lock);
-  if (lock.owns_lock() && helper->impl != nullptr) helper->impl->start_soon();
+  queue_->start_soon();
 }
 
 }  // namespace comm

@@ -107,11 +107,11 @@ void find_local(const transport::Mesh& mesh, Identity& id) {
 void log_summary(const Communicator::Impl& impl) {
   if (!log::enabled(log::Level::info, log::Subsys::init)) return;
   std::string links;
-  if (impl.mesh) {
+  if (impl.runner.mesh) {
     for (auto link : {transport::Link::shm, transport::Link::tcp, transport::Link::ucx}) {
       std::vector<int> ranks;
       for (int r = 0; r < impl.id.size; ++r)
-        if (r != impl.id.rank && impl.mesh->link(r) == link) ranks.push_back(r);
+        if (r != impl.id.rank && impl.runner.mesh->link(r) == link) ranks.push_back(r);
       if (ranks.empty()) continue;
       links +=
           fmt::format("{}{} to rank{} {}", links.empty() ? "" : ", ", transport::to_string(link),
@@ -150,7 +150,7 @@ std::string choose_tuning(Communicator::Impl& impl) {
   const std::string path = settings::get_string("TANDEM_TUNING_FILE");
   if (path.empty()) return "none";
   auto file = load_tuning_file(path);
-  const TuningContext context = tuning_context(*impl.mesh);
+  const TuningContext context = tuning_context(*impl.runner.mesh);
   if (const TuningEntry* entry = file->match(context)) {
     TANDEM_INFO(init, "communicator '{}': applies tuning {}", impl.rendezvous.prefix, entry->label);
     impl.config.policy.set_tuning(std::move(file), entry);
@@ -271,7 +271,7 @@ constexpr std::uint32_t kWarmTag = 0x7761726d;  // "warm"
 // that may not use cross-memory attach takes those algorithms' fallback, as a call would; a
 // refusal is logged here, once, instead of at the first call.
 void warm_direct(Communicator::Impl& impl) {
-  if (!algorithms::detail::all_shm(*impl.mesh)) return;
+  if (!algorithms::detail::all_shm(*impl.runner.mesh)) return;
   const auto size = static_cast<std::size_t>(impl.id.size);
   float in = 0;
   std::vector<float> out(size);
@@ -286,9 +286,9 @@ void warm_direct(Communicator::Impl& impl) {
         BufferView::of(std::span<float>(out.data(), kind == CollectiveKind::broadcast ? 1 : size));
     const algorithms::Algorithm* a = algorithms::Registry::builtin().find(kind, "direct");
     TANDEM_CHECK(a != nullptr, "no direct {} registered", to_string(kind));
-    a->run(c, *impl.context);
+    a->run(c, *impl.runner.context);
   }
-  impl.context->ran = nullptr;
+  impl.runner.context->ran = nullptr;
 }
 
 }  // namespace
@@ -339,7 +339,7 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
   core::prefault_library_code();
   // Scratch for the calls up to a few hundred KiB, mapped and faulted in here rather than by
   // the first call of each larger size.
-  impl->scratch.reserve(kScratchReserve);
+  impl->runner.scratch.reserve(kScratchReserve);
   // Read here so that a malformed TANDEM_CMA fails the setup with the setting's own error
   // instead of quietly leaving cross-memory attach off at the first broadcast.
   (void)settings::get_bool("TANDEM_CMA");
@@ -374,7 +374,7 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
     // One process track per rank of the world; a split communicator gets a thread track there.
     if (is_world) sink->set_rank(rank);
     const int pid = is_world ? rank : std::max(sink->rank(), 0);
-    impl->diag.trace = sink->open(
+    impl->runner.diag.trace = sink->open(
         pid, is_world ? std::string("collectives")
                       : fmt::format("collectives of '{}' (rank {} of {})", prefix, rank, size));
   }
@@ -384,20 +384,20 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
   if (size > 1) {
     watch_peers(impl->id, impl->rendezvous, std::move(lost_key), mesh_opts);
     try {
-      impl->mesh = transport::connect_mesh(*impl->rendezvous.store, rank, size, mesh_opts);
+      impl->runner.mesh = transport::connect_mesh(*impl->rendezvous.store, rank, size, mesh_opts);
     } catch (const Error& e) {
       throw Error(e.code(),
                   fmt::format("creating communicator '{}' (rank {} of {}): {}", prefix, rank, size,
                               e.message()),
                   __FILE__, __LINE__);
     }
-    impl->context.emplace(
-        algorithms::Context{*impl->mesh, impl->scratch, impl->config.chunk_bytes});
-    find_local(*impl->mesh, impl->id);
+    impl->runner.context.emplace(
+        algorithms::Context{*impl->runner.mesh, impl->runner.scratch, impl->config.chunk_bytes});
+    find_local(*impl->runner.mesh, impl->id);
     // The worker's waits follow the mesh's: no spinning where the host's ranks outnumber its CPUs.
     if (mesh_opts.spin_auto && transport::oversubscribed(impl->id.local_size))
       impl->config.spin_time = std::chrono::nanoseconds(0);
-    impl->config.hosts = algorithms::HostLayout::of(*impl->mesh);
+    impl->config.hosts = algorithms::HostLayout::of(*impl->runner.mesh);
     apply_tuning(*impl);
     warm_paths(*impl);
     try {
@@ -415,15 +415,16 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
                               size, where, e.message()),
                   __FILE__, __LINE__);
     }
-    impl->diag.monitor =
+    impl->runner.diag.monitor =
         Monitor::start(impl->rendezvous.store, rank, size, prefix,
                        settings::get_seconds("TANDEM_STALL_WARN"), impl->config.timeout());
-    impl->diag.monitor->on_mismatch([self = impl.get()](const std::string& what) {
-      self->poison(ErrorCode::Mismatch,
-                   fmt::format("the ranks called different collectives (seen in their progress "
-                               "reports): {}. Every rank must call the same collectives in the "
-                               "same order with the same count, dtype and root",
-                               what));
+    impl->runner.diag.monitor->on_mismatch([self = impl.get()](const std::string& what) {
+      self->runner.poison(
+          ErrorCode::Mismatch,
+          fmt::format("the ranks called different collectives (seen in their progress "
+                      "reports): {}. Every rank must call the same collectives in the "
+                      "same order with the same count, dtype and root",
+                      what));
     });
   }
   log_summary(*impl);
@@ -431,7 +432,8 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
     TANDEM_INFO(init, "communicator '{}': set up in {:.1f} ms with {} store requests", prefix,
                 std::chrono::duration<double, std::milli>(Clock::now() - setup_start).count(),
                 store->requests() - requests_before);
-  impl->bias_to_caller();  // before any other thread can reach it
+  impl->exec->attach(impl->runner, impl->config.lazy_start, impl->config.spin_time);
+  impl->exec->bias_to_caller(size);  // before any other thread can reach it
   return impl;
 }
 

@@ -1,0 +1,74 @@
+#pragma once
+// Who a communicator's rank is, how it reaches the store and what its settings chose: filled
+// by setup/, read by the runner and the API.
+
+#include "algorithms/algorithm.hpp"
+#include "comm/choice/policy.hpp"
+
+#include <tandem/communicator.hpp>
+#include <tandem/store.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace tandem::comm {
+
+/// Who this rank is in the group.
+struct Identity {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  bool is_world = true;  ///< not made by split(): sets the rank shown in log lines
+};
+
+/// The store side of the group (setup/): where its keys live and how setup waits notice a
+/// rank that died.
+struct Rendezvous {
+  std::string prefix;                        ///< this communicator's key namespace in the store
+  std::shared_ptr<store::Store> base_store;  ///< the store the caller gave
+  std::shared_ptr<store::Store> store;       ///< base_store under `prefix`
+  /// Key on base_store that the store server sets when a rank of this group (or of the group
+  /// it was split from) disconnects without closing its communicator: setup waits watch it.
+  std::string lost_key;
+  bool registered_lost = false;  ///< this communicator asked the store to set lost_key
+  /// Throws PeerLost once lost_key is set (store waits after setup: allocate()).
+  std::function<void()> check_peers;
+  /// from_env on rank 0: the store server, kept alive as long as the communicator.
+  /// Declared before the mesh so that it is destroyed after it.
+  std::unique_ptr<store::TcpStoreServer> server;
+  std::uint64_t split_count = 0;
+};
+
+/// What the settings and options chose (setup/), read by the executor.
+struct Config {
+  CommOptions options;
+  /// The deadline of the calls made from now on (Communicator::set_timeout() may change it
+  /// while calls run on other threads).
+  std::chrono::milliseconds timeout() const noexcept {
+    return timeout_.load(std::memory_order_relaxed);
+  }
+  void set_timeout(std::chrono::milliseconds t) noexcept {
+    timeout_.store(t, std::memory_order_relaxed);
+  }
+  AlgoPolicy policy;
+  /// Which host each rank runs on (one host when size == 1).
+  algorithms::HostLayout hosts;
+  std::size_t chunk_bytes = 1u << 20;
+  /// TANDEM_SPIN_US: how long the worker polls posted sends/recvs before it sleeps.
+  std::chrono::nanoseconds spin_time{std::chrono::microseconds(50)};
+  /// TANDEM_DEBUG=DETAIL: the ranks compare every collective call before running it.
+  bool verify_calls = false;
+  /// CommOptions::lazy_start: submit() wakes the worker only while it sleeps without a
+  /// timeout; otherwise it polls every lazy_start.
+  std::chrono::microseconds lazy_start{0};
+
+ private:
+  std::atomic<std::chrono::milliseconds> timeout_{std::chrono::minutes(10)};
+};
+
+}  // namespace tandem::comm
