@@ -6,11 +6,16 @@
 # the allreduce p50, then tears the namespaces down. Needs root and iproute2.
 #
 #   bash bench/scale/hosts.sh                       # HOSTS=8 RANKS=4 BUILD_DIR=build
+#   PERF_ARGS="-b 16K -e 4M -f 4 -n 30 -w 3" TANDEM_ALGO=allreduce=ring HOSTS=16 RANKS=1 \
+#     bash bench/scale/hosts.sh                     # other sizes, a forced algorithm
+# With PERF_ARGS, node 0's tandem-perf table is printed after the summary.
 set -euo pipefail
 BUILD_DIR=$(cd "${BUILD_DIR:-build}" && pwd)
 HOSTS=${HOSTS:-8}
 RANKS=${RANKS:-4}
 OUT=${OUT:-$BUILD_DIR/bench-scale-hosts}
+PERF_ARGS=${PERF_ARGS:-}
+read -r -a perf_args <<<"${PERF_ARGS:--b 8 -e 1M -f 131072 -n 200 -w 20}"
 PORT=${PORT:-29611}
 [ "$(id -u)" -eq 0 ] || { echo "hosts.sh: network namespaces need root" >&2; exit 1; }
 mkdir -p "$OUT"
@@ -39,7 +44,7 @@ for i in $(seq 0 $((HOSTS - 1))); do
   ip netns exec "$(ns "$i")" env TANDEM_STORE_TOKEN=scale-bench TANDEM_DEBUG=INFO \
     TANDEM_DEBUG_SUBSYS=INIT "$BUILD_DIR/bin/tandemrun" --nnodes "$HOSTS" --node-rank "$i" \
     --master-addr 10.216.0.1 --master-port "$PORT" --nproc-per-node "$RANKS" \
-    "$BUILD_DIR/bin/tandem-perf" -c allreduce -b 8 -e 1M -f 131072 -n 200 -w 20 \
+    "$BUILD_DIR/bin/tandem-perf" -c allreduce "${perf_args[@]}" \
     >"$OUT/node$i.log" 2>&1 &
   pids+=($!)
 done
@@ -69,3 +74,6 @@ print("|---|---:|---:|---:|---:|---:|---:|")
 print(f"| {hosts} x {ranks} | {end - start:.2f} s | {max(setup):.0f} ms | {max(reqs)} | {max(conns)} | "
       f"{p50.get(8, '?')} us | {p50.get(1048576, '?')} us |")
 PY
+if [ -n "$PERF_ARGS" ]; then
+  grep -E '^\[rank 0\]: +([0-9]|#  +size)' "$OUT/node0.log" || true
+fi

@@ -1,6 +1,7 @@
 #include "algorithms/algorithm.hpp"
 #include "algorithms/builtin.hpp"
 #include "algorithms/common.hpp"
+#include "algorithms/model.hpp"
 
 #include <tandem/error.hpp>
 
@@ -67,7 +68,9 @@ using Names = std::span<const std::string_view>;
 
 constexpr std::string_view kRdRing[] = {"recursive_doubling", "ring"};
 constexpr std::string_view kRingRab[] = {"ring", "rabenseifner"};
+constexpr std::string_view kRabRing[] = {"rabenseifner", "ring"};
 constexpr std::string_view kHierRing[] = {"hierarchical", "ring", "rabenseifner"};
+constexpr std::string_view kHierRab[] = {"hierarchical", "rabenseifner", "ring"};
 constexpr std::string_view kDirectRing[] = {"direct", "ring", "rabenseifner"};
 constexpr std::string_view kTreeRing[] = {"tree", "ring"};
 constexpr std::string_view kRingTree[] = {"ring", "tree"};
@@ -88,9 +91,14 @@ Names preference(const Call& call, int world) noexcept {
       if (bytes < (world == 2 ? kAllreduceSmallBytesTwoRanks : kAllreduceSmallBytes))
         return Names(kRdRing);
       // Across hosts the links between them are the bottleneck: keep traffic inside a host
-      // where there is a host to keep it in (hierarchical supports() only such layouts).
-      if (call.hosts != nullptr && call.hosts->spans_hosts()) return Names(kHierRing);
-      return bytes >= kAllreduceDirectBytes ? Names(kDirectRing) : Names(kRingRab);
+      // where there is a host to keep it in (hierarchical supports() only such layouts;
+      // between its hosts it takes a ring or a tree by the same model). Elsewhere the ring's
+      // 2(n-1) steps against Rabenseifner's 2 log2 n, by the α–β–γ model (model.hpp).
+      if (call.hosts != nullptr && call.hosts->spans_hosts())
+        return model::prefer_log_steps(world, bytes, model::kTcp) ? Names(kHierRab)
+                                                                  : Names(kHierRing);
+      if (bytes >= kAllreduceDirectBytes) return Names(kDirectRing);
+      return model::prefer_log_steps(world, bytes, model::kShm) ? Names(kRabRing) : Names(kRingRab);
     case CollectiveKind::broadcast:
       return bytes >= kBroadcastDirectBytes ? Names(kDirectRingTree) : Names(kTreeRing);
     case CollectiveKind::reduce:

@@ -1,8 +1,10 @@
 // Hierarchical allreduce for ranks on several hosts with as many ranks on each:
 //   1. ring reduce-scatter among the ranks of each host (shared memory): the l-th rank of a
 //      host ends with block l of the message reduced over its host;
-//   2. ring allreduce of block l among the l-th ranks of every host (one per host, tcp), so
-//      the L ranks of a host drive the link together, each with 1/L of the message;
+//   2. allreduce of block l among the l-th ranks of every host (one per host, tcp), so the
+//      L ranks of a host drive the link together, each with 1/L of the message: a ring, or
+//      where the α–β–γ model (model.hpp) expects it faster (a small block, many hosts), a
+//      binomial tree reduce to the first host and a tree broadcast back, 2 log2 H steps;
 //   3. ring allgather of the blocks among the ranks of each host.
 // Between hosts this moves 2(H-1)/H of the message per host and direction instead of the
 // flat ring's 2(n-1)/n per rank crossing the link, and the shared-memory phases stay off
@@ -13,6 +15,7 @@
 
 #include "algorithms/builtin.hpp"
 #include "algorithms/common.hpp"
+#include "algorithms/model.hpp"
 #include "algorithms/parts.hpp"
 #include "core/reduce.hpp"
 
@@ -147,12 +150,19 @@ class Hierarchical final : public Algorithm {
 
     SubMesh link_mesh(ctx.mesh, std::move(cross), my_host);
     Context link_ctx{link_mesh, ctx.scratch, ctx.chunk_bytes};
-    const auto xoff = detail::even_offsets(off[ul + 1] - off[ul], hosts);
-    const auto uh = static_cast<std::size_t>(my_host);
-    std::byte* part = mine + xoff[uh] * es;
-    detail::ring_reduce_scatter(call, link_ctx, dt, mine, mine, part, xoff);
-    if (call.op == ReduceOp::avg) core::divide(part, xoff[uh + 1] - xoff[uh], dt, n);
-    detail::ring_allgather(call, link_ctx, dt, part, mine, xoff);
+    const std::size_t block = off[ul + 1] - off[ul];
+    if (model::prefer_tree_between_hosts(hosts, block * es, model::kTcp)) {
+      detail::tree_reduce(call, link_ctx, dt, mine, mine, block, 0);
+      if (my_host == 0 && call.op == ReduceOp::avg) core::divide(mine, block, dt, n);
+      detail::tree_broadcast(call, link_ctx, dt, mine, mine, block, 0);
+    } else {
+      const auto xoff = detail::even_offsets(block, hosts);
+      const auto uh = static_cast<std::size_t>(my_host);
+      std::byte* part = mine + xoff[uh] * es;
+      detail::ring_reduce_scatter(call, link_ctx, dt, mine, mine, part, xoff);
+      if (call.op == ReduceOp::avg) core::divide(part, xoff[uh + 1] - xoff[uh], dt, n);
+      detail::ring_allgather(call, link_ctx, dt, part, mine, xoff);
+    }
 
     detail::ring_allgather(call, host_ctx, dt, mine, out, off);
   }
