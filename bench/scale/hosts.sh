@@ -63,15 +63,18 @@ for m in re.finditer(r"connected in [0-9.]+ ms: shm to \[([^\]]*)\], tcp to \[([
     shm = len([x for x in m.group(1).split(",") if x])
     tcp = len([x for x in m.group(2).split(",") if x])
     conns.append(shm + tcp * (1 + int(m.group(3))))
+mem = [(float(a), float(b)) for a, b in re.findall(
+    r"process memory ([0-9.]+) MiB resident \(([0-9.]+) MiB of it shared memory\)", text)]
+memory = f"{max(a for a, _ in mem):.1f} MiB ({max(b for _, b in mem):.1f} MiB)" if mem else "?"
 p50 = {}
 for line in open(out + "/node0.log", errors="replace"):
     line = re.sub(r"^\[rank 0\]: *", "", line)
     f = line.split()
     if len(f) > 7 and f[0].isdigit():
         p50[int(f[0])] = f[6]
-print("| hosts x ranks | whole run | setup, slowest rank | store requests per rank | connections per rank | 8 B p50 | 1 MiB p50 |")
-print("|---|---:|---:|---:|---:|---:|---:|")
-print(f"| {hosts} x {ranks} | {end - start:.2f} s | {max(setup):.0f} ms | {max(reqs)} | {max(conns)} | "
+print("| hosts x ranks | whole run | setup, slowest rank | store requests per rank | connections per rank | memory per rank (of it shared) | 8 B p50 | 1 MiB p50 |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
+print(f"| {hosts} x {ranks} | {end - start:.2f} s | {max(setup):.0f} ms | {max(reqs)} | {max(conns)} | {memory} | "
       f"{p50.get(8, '?')} us | {p50.get(1048576, '?')} us |")
 PY
 if [ -n "$PERF_ARGS" ]; then

@@ -20,8 +20,11 @@ constexpr std::array kSettings{
     Setting{"TANDEM_ALGO", string, "",
             "Forces an algorithm (e.g. ring, recursive_doubling, tree), optionally per "
             "collective: allreduce=ring,broadcast=tree."},
-    Setting{"TANDEM_BUFFSIZE", bytes, "4M",
-            "Shared-memory buffer per channel (per peer, per direction)."},
+    Setting{"TANDEM_BUFFSIZE", string, "auto",
+            "Shared-memory buffer per channel (per peer, per direction), in bytes (4M, 512K); "
+            "auto: 4M with up to 8 ranks on the host, then 28M shared among a rank's host "
+            "peers (a power of two, at least 256K), so that a host's segments grow with its "
+            "ranks, not their square."},
     Setting{"TANDEM_CHUNK_SIZE", bytes, "1M", "Pipelining chunk of the large-message algorithms."},
     Setting{"TANDEM_CMA", boolean, "1",
             "0: ranks of one host never read or write each other's buffers with "

@@ -76,6 +76,10 @@ std::string choose_listen_address(const std::string& ifname, std::string_view so
   return transport::choose_listen_address(ifname, source);
 }
 
+std::size_t shm_buffer_setting() {
+  return transport::shm_buffer_setting();
+}
+
 std::size_t shm_bytes_needed(int local_ranks, std::size_t buffer_bytes) {
   return transport::shm_bytes_needed(local_ranks, buffer_bytes);
 }

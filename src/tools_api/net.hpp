@@ -89,8 +89,11 @@ IfnameSetting socket_ifname_setting();
 /// another host, the local address that routes to it; else loopback. Throws Error when no
 /// interface matches.
 std::string choose_listen_address(const std::string& ifname, std::string_view source);
+/// TANDEM_BUFFSIZE: the bytes of each shared-memory channel, or 0 for auto. Error when
+/// malformed.
+std::size_t shm_buffer_setting();
 /// Bytes of /dev/shm that the shared-memory segments of `local_ranks` ranks of one host take,
-/// with channels of `buffer_bytes` (TANDEM_BUFFSIZE).
+/// with channels of `buffer_bytes` (TANDEM_BUFFSIZE; 0: auto).
 std::size_t shm_bytes_needed(int local_ranks, std::size_t buffer_bytes);
 
 }  // namespace tandem::tools_api

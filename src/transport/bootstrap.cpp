@@ -1,6 +1,7 @@
 #include "transport/bootstrap.hpp"
 
 #include "core/net.hpp"
+#include "transport/mesh.hpp"
 #include "transport/shm/wire.hpp"
 #include "transport/tcp/wire.hpp"
 
@@ -91,11 +92,21 @@ IfnameSetting socket_ifname_setting() {
   return s;
 }
 
+std::size_t shm_buffer_setting() {
+  const std::string text = settings::get_string("TANDEM_BUFFSIZE");
+  if (text == "auto") return 0;
+  const auto bytes = settings::parse_bytes(text);
+  TANDEM_CHECK_ARG(bytes && *bytes >= 4096,
+                   "TANDEM_BUFFSIZE={:?} must be auto or a size of at least 4K (4M, 512K)", text);
+  return static_cast<std::size_t>(*bytes);
+}
+
 std::size_t shm_bytes_needed(int local_ranks, std::size_t buffer_bytes) {
   if (local_ranks < 2) return 0;
   const auto senders = static_cast<std::size_t>(local_ranks - 1);
+  const std::size_t channel = buffer_bytes != 0 ? buffer_bytes : shm_channel_bytes(senders);
   return static_cast<std::size_t>(local_ranks) *
-         shm::segment_bytes(senders, shm::geometry_for(buffer_bytes));
+         shm::segment_bytes(senders, shm::geometry_for(channel));
 }
 
 std::string choose_listen_address(const std::string& ifname, std::string_view source) {

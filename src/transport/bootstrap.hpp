@@ -50,8 +50,12 @@ struct IfnameSetting {
 };
 IfnameSetting socket_ifname_setting();
 
+/// TANDEM_BUFFSIZE: the bytes of each shared-memory channel, or 0 for auto (the size
+/// shm_channel_bytes() gives for the host's ranks). Error(InvalidArgument) when malformed.
+std::size_t shm_buffer_setting();
+
 /// Bytes of /dev/shm that the shared-memory segments of `local_ranks` ranks of one host take,
-/// with channels of `buffer_bytes` (TANDEM_BUFFSIZE).
+/// with channels of `buffer_bytes` (TANDEM_BUFFSIZE; 0: auto).
 std::size_t shm_bytes_needed(int local_ranks, std::size_t buffer_bytes);
 
 /// The address of the first interface `ifname` selects (NCCL's syntax; `source` names the

@@ -194,8 +194,9 @@ struct MeshOptions {
   /// TANDEM_SPIN_US=auto: connect_mesh() sets yield_always and a long spin_time when this host
   /// runs more ranks than the CPUs they may use (see oversubscribed()).
   bool spin_auto = true;
-  std::size_t shm_buffer_bytes = 4u << 20;  ///< TANDEM_BUFFSIZE: per shm channel
-  int sockets_per_peer = 1;                 ///< TANDEM_SOCKETS_PER_PEER (tcp data streams)
+  /// TANDEM_BUFFSIZE: per shm channel; 0 (auto): shm_channel_bytes() of the host's ranks.
+  std::size_t shm_buffer_bytes = 0;
+  int sockets_per_peer = 1;  ///< TANDEM_SOCKETS_PER_PEER (tcp data streams)
   std::chrono::milliseconds connect_timeout{std::chrono::minutes(10)};
   /// Appended to this rank's PeerInfo::host_id: ranks with different labels are different
   /// hosts (tcp between them) even on one machine. Empty: the real host only.
@@ -209,15 +210,21 @@ struct MeshOptions {
 /// How often setup asks check_peers whether a rank is gone while it waits.
 inline constexpr auto kLivenessPoll = std::chrono::milliseconds(250);
 
-/// Connects `rank` to every other rank of the group through `store` (whose keys must
-/// already be namespaced for this communicator), choosing shm for peers on the same host
-/// and tcp or ucx (MeshOptions::transport) otherwise. Blocks until every link is up or the timeout
-/// passes.
 /// Whether `local_ranks` ranks of one host outnumber the CPUs they may run on: this process's
 /// affinity mask, or every online CPU when the mask holds one CPU only (a launcher bound each
 /// rank to a core of its own). `cpus_out` gets the count compared.
 bool oversubscribed(int local_ranks, int* cpus_out = nullptr) noexcept;
 
+/// TANDEM_BUFFSIZE=auto: the bytes of each shared-memory channel of a rank with `peers`
+/// same-host peers. 4 MiB up to 7 peers; then 28 MiB over the peers, rounded down to a power
+/// of two and at least 256 KiB, so that a rank's segment stays near 28 MiB and a host's
+/// segments grow with its ranks instead of their square.
+std::size_t shm_channel_bytes(std::size_t peers) noexcept;
+
+/// Connects `rank` to every other rank of the group through `store` (whose keys must
+/// already be namespaced for this communicator), choosing shm for peers on the same host
+/// and tcp or ucx (MeshOptions::transport) otherwise. Blocks until every link is up or the timeout
+/// passes.
 std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
                                    const MeshOptions& options);
 

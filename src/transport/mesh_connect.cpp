@@ -15,6 +15,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <bit>
 #include <sched.h>
 #include <unistd.h>
 
@@ -81,6 +82,14 @@ bool oversubscribed(int local_ranks, int* cpus_out) noexcept {
   if (cpus <= 1) cpus = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
   if (cpus_out != nullptr) *cpus_out = cpus;
   return local_ranks > cpus;
+}
+
+std::size_t shm_channel_bytes(std::size_t peers) noexcept {
+  constexpr std::size_t kFull = 4u << 20;
+  constexpr std::size_t kSegmentBudget = 7 * kFull;
+  constexpr std::size_t kFloor = 256u << 10;
+  if (peers * kFull <= kSegmentBudget) return kFull;
+  return std::max(kFloor, std::bit_floor(kSegmentBudget / peers));
 }
 
 namespace {
@@ -188,7 +197,9 @@ std::unique_ptr<shm::Context> connect_shm(store::Store& store, int rank,
   if (local.empty()) return nullptr;
   std::unique_ptr<shm::Context> shm;
   try {
-    shm = std::make_unique<shm::Context>(rank, local, options.shm_buffer_bytes, run_id(records));
+    const std::size_t channel =
+        options.shm_buffer_bytes != 0 ? options.shm_buffer_bytes : shm_channel_bytes(local.size());
+    shm = std::make_unique<shm::Context>(rank, local, channel, run_id(records));
   } catch (const Error& e) {
     store.set(fmt::format("shm/{}", rank), "!" + e.message());  // the local peers fail fast
     throw;

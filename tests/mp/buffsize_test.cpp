@@ -3,6 +3,7 @@
 // many times larger than a small channel still arrives whole.
 
 #include "mp_util.hpp"
+#include "transport/mesh.hpp"
 #include "transport/shm/wire.hpp"
 
 #include <tandem/settings.hpp>
@@ -53,8 +54,8 @@ TEST(BuffSize, SetsTheSharedMemoryChannelsSize) {
             comm->allreduce(BufferView::of(std::span<float>(small)), ReduceOp::max);
           for (std::size_t i = 0; i < small.size(); ++i)
             ASSERT_EQ(small[i], static_cast<float>(i * 2 + 1)) << buffsize << " element " << i;
-          const std::size_t bytes =
-              static_cast<std::size_t>(settings::get_bytes("TANDEM_BUFFSIZE"));
+          const std::size_t bytes = static_cast<std::size_t>(
+              *settings::parse_bytes(settings::get_string("TANDEM_BUFFSIZE")));
           const std::size_t want =
               transport::shm::segment_bytes(1, transport::shm::geometry_for(bytes));
           const auto sizes = channel_segments();
@@ -69,6 +70,35 @@ TEST(BuffSize, SetsTheSharedMemoryChannelsSize) {
         run_options("shm", {std::string("TANDEM_BUFFSIZE=") + buffsize}));
     testing::expect_all_ok(exits);
   }
+}
+
+// TANDEM_BUFFSIZE=auto with 8 host peers: each channel is 2 MiB (28 MiB over 8, a power of
+// two), not 4 MiB, and collectives over every peer still arrive whole.
+TEST(BuffSize, AutoSharesABudgetAmongManyHostPeers) {
+  constexpr int kRanks = 9;
+  const auto exits = testing::run_ranks(
+      kRanks,
+      [&](const testing::RankContext& ctx) {
+        auto comm = connect(ctx);
+        std::vector<float> v(1u << 20, 1.0f);  // 4 MiB: two laps of a 2 MiB channel
+        comm->allreduce(BufferView::of(std::span<float>(v)), ReduceOp::sum);
+        EXPECT_EQ(v.front(), static_cast<float>(kRanks));
+        EXPECT_EQ(v.back(), static_cast<float>(kRanks));
+        std::vector<float> all(kRanks * 1000);
+        std::vector<float> mine(1000, static_cast<float>(ctx.rank));
+        comm->allgather(BufferView::of(std::span<float>(mine)),
+                        BufferView::of(std::span<float>(all)));
+        for (int r = 0; r < kRanks; ++r)
+          ASSERT_EQ(all[static_cast<std::size_t>(r) * 1000 + 999], static_cast<float>(r));
+        const std::size_t channel = transport::shm_channel_bytes(kRanks - 1);
+        EXPECT_EQ(channel, std::size_t{2} << 20);
+        const auto sizes = channel_segments();
+        ASSERT_FALSE(sizes.empty()) << "no channel segment mapped";
+        EXPECT_EQ(*std::max_element(sizes.begin(), sizes.end()),
+                  transport::shm::segment_bytes(kRanks - 1, transport::shm::geometry_for(channel)));
+      },
+      run_options("shm", {"TANDEM_BUFFSIZE=auto"}));
+  testing::expect_all_ok(exits);
 }
 
 }  // namespace

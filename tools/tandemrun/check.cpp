@@ -76,7 +76,7 @@ std::vector<Line> local_checks(const LaunchOptions& o) {
   } catch (const Error& e) {
     lines.push_back({"interface", "FAIL", e.message()});
   }
-  const auto buffsize = static_cast<std::size_t>(settings::get_bytes("TANDEM_BUFFSIZE"));
+  const std::size_t buffsize = tools_api::shm_buffer_setting();
   const bool shm_off = settings::get_bool("TANDEM_SHM_DISABLE");
   const std::size_t need = shm_off ? 0 : tools_api::shm_bytes_needed(o.nproc_per_node, buffsize);
   struct statvfs fs {};
@@ -98,7 +98,7 @@ std::vector<Line> local_checks(const LaunchOptions& o) {
            fmt::format("{}: give the container more (docker run --shm-size=1g, Kubernetes: an "
                        "emptyDir with medium Memory on /dev/shm), or lower TANDEM_BUFFSIZE "
                        "({} now)",
-                       what, mib(buffsize))});
+                       what, buffsize == 0 ? std::string("auto") : mib(buffsize))});
   }
   const int gpus = count_gpus();
   if (o.devices.empty()) {

@@ -4,6 +4,7 @@
 #include "comm/choice/tuning.hpp"
 #include "comm/diag/validate.hpp"
 #include "comm/impl.hpp"
+#include "core/memory.hpp"
 #include "core/net.hpp"
 #include "core/prefault.hpp"
 #include "core/reduce.hpp"
@@ -68,9 +69,7 @@ transport::MeshOptions mesh_options(const CommOptions& o, std::chrono::milliseco
                      spin);
     m.spin_time = std::chrono::microseconds(spin_us);
   }
-  const auto buff = settings::get_bytes("TANDEM_BUFFSIZE");
-  TANDEM_CHECK_ARG(buff >= 4096, "TANDEM_BUFFSIZE={} is too small (at least 4K; default 4M)", buff);
-  m.shm_buffer_bytes = static_cast<std::size_t>(buff);
+  m.shm_buffer_bytes = transport::shm_buffer_setting();
   const auto sockets = settings::get_int("TANDEM_SOCKETS_PER_PEER");
   TANDEM_CHECK_ARG(sockets >= 1 && sockets <= 64,
                    "TANDEM_SOCKETS_PER_PEER={} is out of range (1 to 64; default 1)", sockets);
@@ -428,10 +427,17 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
     });
   }
   log_summary(*impl);
-  if (size > 1)
-    TANDEM_INFO(init, "communicator '{}': set up in {:.1f} ms with {} store requests", prefix,
+  if (size > 1 && log::enabled(log::Level::info, log::Subsys::init)) {
+    const core::ProcessMemory memory = core::process_memory();
+    constexpr double kMiB = 1 << 20;
+    TANDEM_INFO(init,
+                "communicator '{}': set up in {:.1f} ms with {} store requests; process memory "
+                "{:.1f} MiB resident ({:.1f} MiB of it shared memory), peak {:.1f} MiB",
+                prefix,
                 std::chrono::duration<double, std::milli>(Clock::now() - setup_start).count(),
-                store->requests() - requests_before);
+                store->requests() - requests_before, memory.resident / kMiB, memory.shared / kMiB,
+                memory.peak / kMiB);
+  }
   impl->exec->attach(impl->runner, impl->config.lazy_start, impl->config.spin_time);
   impl->exec->bias_to_caller(size);  // before any other thread can reach it
   return impl;

@@ -145,7 +145,7 @@ TEST(Settings, DeclaresExactlyTheDocumentedNamesTypesAndDefaults) {
       {"TANDEM_TIMEOUT", {Type::seconds, "600"}},
       {"TANDEM_ALGO", {Type::string, ""}},
       {"TANDEM_SOCKET_IFNAME", {Type::string, ""}},
-      {"TANDEM_BUFFSIZE", {Type::bytes, "4M"}},
+      {"TANDEM_BUFFSIZE", {Type::string, "auto"}},
       {"TANDEM_CHUNK_SIZE", {Type::bytes, "1M"}},
       {"TANDEM_CMA", {Type::boolean, "1"}},
       {"TANDEM_CUDA_LIBRARY", {Type::string, ""}},
@@ -293,8 +293,8 @@ TEST(Settings, UnsetOrEmptyGivesTheDefault) {
     EXPECT_EQ(get_string("TANDEM_TIMEOUT"), "600");
   }
   {
-    ScopedEnv e("TANDEM_BUFFSIZE", "");
-    EXPECT_EQ(get_bytes("TANDEM_BUFFSIZE"), 4u << 20);
+    ScopedEnv e("TANDEM_CHUNK_SIZE", "");
+    EXPECT_EQ(get_bytes("TANDEM_CHUNK_SIZE"), 1u << 20);
   }
   ScopedEnv e("TANDEM_ALGO", nullptr);
   EXPECT_EQ(get_string("TANDEM_ALGO"), "");

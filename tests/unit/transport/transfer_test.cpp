@@ -18,7 +18,7 @@ using testing::RankContext;
 class Transfer : public ::testing::TestWithParam<LinkParam> {};
 
 std::vector<std::size_t> boundary_sizes(bool with_64mib) {
-  const std::size_t slot = shm::geometry_for(MeshOptions{}.shm_buffer_bytes).slot_bytes;
+  const std::size_t slot = shm::geometry_for(shm_channel_bytes(1)).slot_bytes;
   std::vector<std::size_t> sizes = {
       0, 1, 7, 40, 41, 64, 4095, slot - 1, slot, slot + 1, (3u << 20) + 5};
   for (const std::size_t n : {shm::kSmallBytes - 1, shm::kSmallBytes, shm::kSmallBytes + 1})
