@@ -10,6 +10,7 @@
 #     bash bench/scale/hosts.sh                     # other sizes, a forced algorithm
 # With PERF_ARGS, node 0's tandem-perf table is printed after the summary.
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
 BUILD_DIR=$(cd "${BUILD_DIR:-build}" && pwd)
 HOSTS=${HOSTS:-8}
 RANKS=${RANKS:-4}
@@ -19,6 +20,7 @@ read -r -a perf_args <<<"${PERF_ARGS:--b 8 -e 1M -f 131072 -n 200 -w 20}"
 PORT=${PORT:-29611}
 [ "$(id -u)" -eq 0 ] || { echo "hosts.sh: network namespaces need root" >&2; exit 1; }
 mkdir -p "$OUT"
+rm -f "$OUT"/node*.log
 ns() { echo "tscale$1"; }
 cleanup() {
   for i in $(seq 0 $((HOSTS - 1))); do ip netns del "$(ns "$i")" 2>/dev/null || true; done
@@ -52,31 +54,13 @@ rc=0
 for p in "${pids[@]}"; do wait "$p" || rc=1; done
 end=$(date +%s.%N)
 [ "$rc" -eq 0 ] || { echo "hosts.sh: a node failed; see $OUT/node*.log" >&2; exit 1; }
-python3 - "$OUT" "$HOSTS" "$RANKS" "$start" "$end" <<'PY'
-import glob, re, sys
-out, hosts, ranks, start, end = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
-text = "".join(open(f, errors="replace").read() for f in glob.glob(out + "/node*.log"))
-setup = [float(m) for m in re.findall(r"set up in ([0-9.]+) ms with", text)]
-reqs = [int(m) for m in re.findall(r"set up in [0-9.]+ ms with ([0-9]+) store requests", text)]
-conns = []
-for m in re.finditer(r"connected in [0-9.]+ ms: shm to \[([^\]]*)\], tcp to \[([^\]]*)\] \(([0-9]+) stream", text):
-    shm = len([x for x in m.group(1).split(",") if x])
-    tcp = len([x for x in m.group(2).split(",") if x])
-    conns.append(shm + tcp * (1 + int(m.group(3))))
-mem = [(float(a), float(b)) for a, b in re.findall(
-    r"process memory ([0-9.]+) MiB resident \(([0-9.]+) MiB of it shared memory\)", text)]
-memory = f"{max(a for a, _ in mem):.1f} MiB ({max(b for _, b in mem):.1f} MiB)" if mem else "?"
-p50 = {}
-for line in open(out + "/node0.log", errors="replace"):
-    line = re.sub(r"^\[rank 0\]: *", "", line)
-    f = line.split()
-    if len(f) > 7 and f[0].isdigit():
-        p50[int(f[0])] = f[6]
-print("| hosts x ranks | whole run | setup, slowest rank | store requests per rank | connections per rank | memory per rank (of it shared) | 8 B p50 | 1 MiB p50 |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|")
-print(f"| {hosts} x {ranks} | {end - start:.2f} s | {max(setup):.0f} ms | {max(reqs)} | {max(conns)} | {memory} | "
-      f"{p50.get(8, '?')} us | {p50.get(1048576, '?')} us |")
-PY
+IFS=$'\t' read -r setup reqs conns memory < <(python3 "$here/info_lines.py" "$OUT"/node*.log)
+p50() {  # node 0's p50 at $1 bytes
+  sed -E 's/^\[rank 0\]: *//' "$OUT/node0.log" | awk -v b="$1" '$1 == b && NF > 7 {print $7}'
+}
+echo "| hosts x ranks | whole run | setup, slowest rank | store requests per rank | connections per rank | memory per rank (of it shared) | 8 B p50 | 1 MiB p50 |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+echo "| $HOSTS x $RANKS | $(awk -v a="$start" -v b="$end" 'BEGIN{printf "%.2f", b - a}') s | $setup ms | $reqs | $conns | $memory | $(p50 8) us | $(p50 1048576) us |"
 if [ -n "$PERF_ARGS" ]; then
   grep -E '^\[rank 0\]: +([0-9]|#  +size)' "$OUT/node0.log" || true
 fi
