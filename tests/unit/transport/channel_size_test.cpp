@@ -29,7 +29,9 @@ TEST(ShmChannelBytes, FullSizeUpToSevenPeersThenAShareOfTheBudget) {
     const std::size_t c = shm_channel_bytes(peers);
     EXPECT_TRUE(std::has_single_bit(c)) << peers;
     EXPECT_TRUE(peers * c <= 28 * kMiB || c == kMiB / 4) << peers;
-    if (peers > 1) EXPECT_LE(c, shm_channel_bytes(peers - 1)) << peers;
+    if (peers > 1) {
+      EXPECT_LE(c, shm_channel_bytes(peers - 1)) << peers;
+    }
   }
 }
 
