@@ -3,10 +3,9 @@
 // many times larger than a small channel still arrives whole.
 
 #include "mp_util.hpp"
+#include "transport/bootstrap.hpp"
 #include "transport/mesh.hpp"
 #include "transport/shm/wire.hpp"
-
-#include <tandem/settings.hpp>
 
 #include <gtest/gtest.h>
 
@@ -54,8 +53,7 @@ TEST(BuffSize, SetsTheSharedMemoryChannelsSize) {
             comm->allreduce(BufferView::of(std::span<float>(small)), ReduceOp::max);
           for (std::size_t i = 0; i < small.size(); ++i)
             ASSERT_EQ(small[i], static_cast<float>(i * 2 + 1)) << buffsize << " element " << i;
-          const std::size_t bytes = static_cast<std::size_t>(
-              *settings::parse_bytes(settings::get_string("TANDEM_BUFFSIZE")));
+          const std::size_t bytes = transport::shm_buffer_setting();
           const std::size_t want =
               transport::shm::segment_bytes(1, transport::shm::geometry_for(bytes));
           const auto sizes = channel_segments();

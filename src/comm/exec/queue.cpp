@@ -10,6 +10,7 @@
 #include <thread>
 
 namespace tandem::comm {
+
 void Queue::attach(Runner& runner, std::chrono::microseconds lazy_start,
                    std::chrono::nanoseconds spin_time) noexcept {
   runner_ = &runner;
@@ -56,8 +57,7 @@ std::shared_ptr<OpWork> Queue::enqueue(const Op& op, std::span<const std::size_t
   // desynchronise the ranks). kQueued is set first: from then on no inline call can claim
   // the mesh and a sequence number ahead of this one.
   state_.fetch_or(kQueued, std::memory_order_relaxed);
-  const std::uint64_t step = is_p2p(op.call.kind) ? 0 : kSeqOne;
-  assign_sequence(work->op, state_.fetch_add(step, std::memory_order_relaxed));
+  assign_sequence(work->op, state_.fetch_add(sequence_step(op), std::memory_order_relaxed));
   if (!is_p2p(op.call.kind)) work->set_sequence(static_cast<std::int64_t>(work->op.call.seq));
   return work;
 }

@@ -134,6 +134,11 @@ class Queue : public std::enable_shared_from_this<Queue> {
                          Clock::duration timeout);
   /// Sets the call's sequence number and tag from the state word it was taken from.
   static void assign_sequence(Op& op, std::uint64_t state);
+  /// How far `op` advances the state word: a collective takes a sequence number, a send or
+  /// receive none.
+  static std::uint64_t sequence_step(const Op& op) noexcept {
+    return is_p2p(op.call.kind) ? 0 : kSeqOne;
+  }
   /// Appends the operation behind everything queued or running, with its sequence number
   /// and tag. The caller holds mutex_.
   std::shared_ptr<OpWork> enqueue(const Op& op, std::span<const std::size_t> counts,
@@ -235,7 +240,7 @@ inline void Queue::assign_sequence(Op& op, std::uint64_t state) {
 inline Admission Queue::admit(Op& op, std::span<const std::size_t> counts, Start start,
                               Clock::duration timeout) {
   if (start == Start::now_if_free) {
-    const std::uint64_t step = is_p2p(op.call.kind) ? 0 : kSeqOne;
+    const std::uint64_t step = sequence_step(op);
     if (biased_to_.load(std::memory_order_relaxed) == &detail::this_thread_token) {
       // The mesh is biased to this thread: nothing else touches the state word until it is
       // revoked, and a revocation waits for bias_busy_ to clear.

@@ -52,7 +52,8 @@ struct Diagnostics {
 };
 
 /// Every method but poison(), throw_poisoned() and fail(..., owns_mesh = false) is for the
-/// thread that owns the mesh.
+/// thread that owns the mesh; in_flight() and any_source_unmatched() read what only the
+/// worker thread changes, and the worker may read them at any time.
 class Runner {
  public:
   Runner(const Identity& id, const Config& config, const Rendezvous& rendezvous) noexcept
