@@ -127,6 +127,13 @@ class Endpoint {
   /// pending already, progress again instead of sleeping.
   virtual bool add_poll_fds(std::vector<pollfd>& /*out*/) const { return false; }
 
+  /// Moves every pending request, in order, to `to`, which takes them as if just posted: for
+  /// requests that waited for their peer's connection and have not moved yet.
+  void hand_over(Endpoint& to) {
+    while (!sends_.empty()) to.post(*sends_.pop());
+    while (!recvs_.empty()) to.post(*recvs_.pop());
+  }
+
   bool busy() const noexcept { return !sends_.empty() || !recvs_.empty(); }
   const RequestQueue& sends() const noexcept { return sends_; }
   const RequestQueue& recvs() const noexcept { return recvs_; }

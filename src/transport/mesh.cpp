@@ -75,7 +75,7 @@ void MeshImpl::post(Request& r) {
   throw_if_poisoned();
   check_request(r);
   reset(r);
-  endpoints_[static_cast<std::size_t>(r.peer)]->post(r);
+  endpoint(r.peer).post(r);
 }
 
 void MeshImpl::transfer(std::span<Request* const> rs, Deadline deadline) {
@@ -89,7 +89,7 @@ void MeshImpl::transfer(std::span<Request* const> rs, Deadline deadline) {
       r->complete = false;
       // A request behind a queued one of its kind (same peer) is queued too: complete_now()
       // declines it, so the FIFO order holds.
-      Endpoint& ep = *endpoints_[static_cast<std::size_t>(r->peer)];
+      Endpoint& ep = endpoint(r->peer);
       if (!ep.complete_now(*r)) {
         reset(*r);
         ep.post(*r);
@@ -134,6 +134,7 @@ int MeshImpl::probe(std::uint32_t tag, int from) {
   throw_if_poisoned();
   const int n = size();
   try {
+    serve_connections();  // a sender's first message needs its connection accepted
     for (int k = 0; k < n; ++k) {
       const int p = ((from % n) + n + k) % n;
       Endpoint* ep = endpoints_[static_cast<std::size_t>(p)].get();
@@ -199,7 +200,9 @@ void MeshImpl::close() noexcept {
   drop_all();
   active_.clear();
   endpoints_.clear();
+  dialing_.clear();
   shm_.reset();
+  tcp_.reset();  // its listener: a peer that dials now is refused, and knows this rank is gone
   for (Control& c : controls_) c.close();
 }
 

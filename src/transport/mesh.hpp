@@ -109,7 +109,8 @@ struct PeerInfo {
   int pid = 0;
 };
 
-/// The fully connected set of point-to-point links of one communicator.
+/// The point-to-point links of one communicator. Every peer can be posted to; a peer over tcp
+/// that setup did not connect is connected at the first message either way (connect_mesh()).
 class Mesh {
  public:
   virtual ~Mesh() = default;
@@ -221,10 +222,13 @@ bool oversubscribed(int local_ranks, int* cpus_out = nullptr) noexcept;
 /// segments grow with its ranks instead of their square.
 std::size_t shm_channel_bytes(std::size_t peers) noexcept;
 
-/// Connects `rank` to every other rank of the group through `store` (whose keys must
-/// already be namespaced for this communicator), choosing shm for peers on the same host
-/// and tcp or ucx (MeshOptions::transport) otherwise. Blocks until every link is up or the timeout
-/// passes.
+/// Connects `rank` to the group through `store` (whose keys must already be namespaced for this
+/// communicator), choosing shm for peers on the same host and tcp or ucx
+/// (MeshOptions::transport) otherwise. Setup reads the addresses of setup_peers()
+/// (transport/exchange.hpp) from the store, connects to them, gathers every other rank's
+/// record from them, and connects the host's ranks over shm and the UCX peers. The other tcp
+/// peers are connected at the first message to or from them, from either side. Blocks until
+/// setup's links are up or the timeout passes.
 std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
                                    const MeshOptions& options);
 

@@ -2,7 +2,9 @@
 // (addresses exchanged, shared-memory segments mapped, tcp connections opened).
 
 #include "transport/bootstrap.hpp"
+#include "transport/exchange.hpp"
 #include "transport/mesh_impl.hpp"
+#include "transport/tcp/connector.hpp"
 #include "transport/tcp/context.hpp"
 #include "transport/tcp/wire.hpp"
 #include "transport/ucx/context.hpp"
@@ -17,6 +19,7 @@
 #include <algorithm>
 #include <bit>
 #include <sched.h>
+#include <thread>
 #include <unistd.h>
 
 namespace tandem::transport {
@@ -108,28 +111,32 @@ RankRecord self_record(int rank, const MeshOptions& options) {
   return self;
 }
 
-// Every rank's record, `self` at `rank`, through the store (one read of the others' keys).
-std::vector<RankRecord> exchange_records(store::Store& store, int rank, int size,
-                                         const RankRecord& self, Deadline deadline,
-                                         const MeshOptions& options) {
-  std::vector<int> others;
-  for (int p = 0; p < size; ++p)
-    if (p != rank) others.push_back(p);
-  const auto texts = gather(store, "addr/", rank, encode_record(self), others, deadline,
-                            "addresses", options.check_peers);
-  std::vector<RankRecord> records(static_cast<std::size_t>(size));
-  records[static_cast<std::size_t>(rank)] = self;
-  for (std::size_t i = 0; i < others.size(); ++i)
-    records[static_cast<std::size_t>(others[i])] = decode_record(texts[i], others[i]);
-  return records;
+// How this rank reaches one peer, from the two records.
+struct PeerPlan {
+  Link link = Link::tcp;
+  tcp::Target target;  // a control connection, and data streams over tcp
+  bool same_host = false;
+};
+
+PeerPlan plan_peer(const RankRecord& self, const RankRecord& r, const MeshOptions& options,
+                   bool have_ucx) {
+  PeerPlan plan;
+  plan.same_host = r.info.host_id == self.info.host_id;
+  const bool shm = plan.same_host && !options.shm_disable && !r.shm_disable;
+  const bool use_ucx = !shm && have_ucx && !r.ucx.empty();
+  plan.link = shm ? Link::shm : use_ucx ? Link::ucx : Link::tcp;
+  // A peer over shm or UCX gets a control connection only (liveness, goodbyes).
+  plan.target = tcp::Target{r.address, r.port,
+                            shm || use_ucx ? 0 : std::min(self.streams, r.streams), plan.same_host};
+  return plan;
 }
 
 // How this rank reaches each peer, from the records.
 struct LinkPlan {
   std::vector<Link> links;
   std::vector<PeerInfo> peers;
-  std::vector<tcp::Target> targets;  // what connect_all() dials (a control connection each)
-  std::vector<int> local, remote, over_ucx, same_host;
+  std::vector<tcp::Target> targets;
+  std::vector<int> local, over_ucx, same_host;
 };
 
 LinkPlan plan_links(int rank, const std::vector<RankRecord>& records, const MeshOptions& options,
@@ -141,7 +148,6 @@ LinkPlan plan_links(int rank, const std::vector<RankRecord>& records, const Mesh
                 std::vector<tcp::Target>(n),
                 {},
                 {},
-                {},
                 {}};
   for (int p = 0; p < static_cast<int>(n); ++p) {
     const RankRecord& r = records[static_cast<std::size_t>(p)];
@@ -150,24 +156,61 @@ LinkPlan plan_links(int rank, const std::vector<RankRecord>& records, const Mesh
       plan.links[static_cast<std::size_t>(p)] = Link::self;
       continue;
     }
-    const bool same_host = r.info.host_id == self.info.host_id;
-    if (same_host) plan.same_host.push_back(p);
-    const bool shm = same_host && !options.shm_disable && !r.shm_disable;
-    const bool use_ucx = !shm && have_ucx && !r.ucx.empty();
-    if (!shm && have_ucx && r.ucx.empty() && options.transport == NetTransport::ucx) {
+    const PeerPlan one = plan_peer(self, r, options, have_ucx);
+    if (one.same_host) plan.same_host.push_back(p);
+    if (one.link == Link::tcp && have_ucx && r.ucx.empty() &&
+        options.transport == NetTransport::ucx) {
       TANDEM_WARN(init,
                   "rank {}: TANDEM_TRANSPORT=ucx, but rank {} ({}) does not offer UCX (its "
                   "TANDEM_TRANSPORT is tcp, or auto without an RDMA device, or its tandem has "
                   "no UCX): tcp to it. Give every rank the same TANDEM_TRANSPORT",
                   rank, p, r.info.host);
     }
-    plan.links[static_cast<std::size_t>(p)] = shm ? Link::shm : use_ucx ? Link::ucx : Link::tcp;
-    (shm ? plan.local : use_ucx ? plan.over_ucx : plan.remote).push_back(p);
-    // A peer over shm or UCX gets a control connection only (liveness, goodbyes).
-    plan.targets[static_cast<std::size_t>(p)] = tcp::Target{
-        r.address, r.port, shm || use_ucx ? 0 : std::min(self.streams, r.streams), same_host};
+    plan.links[static_cast<std::size_t>(p)] = one.link;
+    if (one.link == Link::shm) plan.local.push_back(p);
+    if (one.link == Link::ucx) plan.over_ucx.push_back(p);
+    plan.targets[static_cast<std::size_t>(p)] = one.target;
   }
   return plan;
+}
+
+// Every rank's record, `self` at `rank`: the setup peers' through the store (one read of their
+// keys), after connecting to them the rest from them (transport/exchange.hpp). Returns the
+// records and the setup peers' sockets, in the order of setup_peers().
+struct FirstContact {
+  std::vector<RankRecord> records;
+  std::vector<int> peers;
+  std::vector<tcp::PeerSockets> sockets;
+};
+
+FirstContact first_contact(store::Store& store, int rank, int size, const RankRecord& self,
+                           tcp::Context& tcp, bool have_ucx, Deadline deadline,
+                           const MeshOptions& options) {
+  FirstContact c;
+  c.peers = setup_peers(rank, size);
+  const auto texts = gather(store, "addr/", rank, encode_record(self), c.peers, deadline,
+                            "addresses", options.check_peers);
+  c.records.resize(static_cast<std::size_t>(size));
+  c.records[static_cast<std::size_t>(rank)] = self;
+  for (std::size_t i = 0; i < c.peers.size(); ++i) {
+    const int p = c.peers[i];
+    c.records[static_cast<std::size_t>(p)] = decode_record(texts[i], p);
+    tcp.connector().set_target(
+        p, plan_peer(self, c.records[static_cast<std::size_t>(p)], options, have_ucx).target);
+  }
+  c.sockets = tcp.connector().connect(c.peers, deadline, options.check_peers);
+  testing::setup_step("connected setup peers");
+  const auto all = allgather_records(
+      rank, size, encode_record(self),
+      [&](int p) {
+        const auto at = std::lower_bound(c.peers.begin(), c.peers.end(), p) - c.peers.begin();
+        return c.sockets[static_cast<std::size_t>(at)].control.get();
+      },
+      deadline, options.check_peers);
+  for (int p = 0; p < size; ++p)
+    if (p != rank) c.records[static_cast<std::size_t>(p)] = decode_record(all[p], p);
+  testing::setup_step("exchanged records");
+  return c;
 }
 
 // The options the mesh runs with: TANDEM_SPIN_US=auto yields on every poll where this host's
@@ -212,19 +255,35 @@ std::unique_ptr<shm::Context> connect_shm(store::Store& store, int rank,
                    std::string_view(names[i]).substr(1));
     shm->attach(local[i], names[i]);
   }
+  // Setup ends only once the local peers have mapped this rank's segment too: a rank that
+  // closes at once must not remove it under a peer still attaching.
+  auto next_check = Clock::now() + kLivenessPoll;
+  while (!shm->all_attached()) {
+    const auto now = Clock::now();
+    if (now >= deadline)
+      TANDEM_THROW(ErrorCode::Timeout,
+                   "rank {} waited for its host's ranks [{}] to map its shared-memory segment "
+                   "until the timeout: is one of them stuck in setup?",
+                   rank, fmt::join(local, ","));
+    if (options.check_peers && now >= next_check) {
+      options.check_peers();
+      next_check = now + kLivenessPoll;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
   return shm;
 }
 
-// Attaches an endpoint per peer over its link and its control connection; returns the UCX
-// lanes ("3 via rc_mlx5/mlx5_0:1, ...") for the log.
+// Attaches an endpoint over its link and its control connection to every peer connected at
+// setup; returns the UCX lanes ("3 via rc_mlx5/mlx5_0:1, ...") for the log.
 std::string attach_endpoints(detail::MeshImpl& mesh, const LinkPlan& plan,
-                             std::vector<tcp::PeerSockets>& sockets, tcp::Context& tcp,
-                             shm::Context* shm, ucx::Context* ucx,
+                             std::span<const int> peers, std::vector<tcp::PeerSockets>& sockets,
+                             tcp::Context& tcp, shm::Context* shm, ucx::Context* ucx,
                              const std::vector<RankRecord>& records) {
   std::string ucx_lanes;
-  for (int p = 0; p < static_cast<int>(plan.links.size()); ++p) {
-    if (p == mesh.rank()) continue;
-    auto& s = sockets[static_cast<std::size_t>(p)];
+  for (std::size_t i = 0; i < peers.size(); ++i) {
+    const int p = peers[i];
+    auto& s = sockets[i];
     std::unique_ptr<Endpoint> ep;
     switch (plan.links[static_cast<std::size_t>(p)]) {
       case Link::shm:
@@ -274,31 +333,52 @@ std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
   }
 
   testing::setup_step("start");
-  tcp::Context tcp(rank, size,
-                   choose_listen_address(options.socket_ifname, options.socket_ifname_source),
-                   options.token);
-  self.address = tcp.address();
-  self.port = tcp.port();
-  const auto records = exchange_records(store, rank, size, self, deadline, options);
-  const LinkPlan plan = plan_links(rank, records, options, ucx != nullptr);
+  auto tcp = std::make_unique<tcp::Context>(
+      rank, size, choose_listen_address(options.socket_ifname, options.socket_ifname_source),
+      options.token);
+  self.address = tcp->address();
+  self.port = tcp->port();
+  FirstContact first =
+      first_contact(store, rank, size, self, *tcp, ucx != nullptr, deadline, options);
+  const LinkPlan plan = plan_links(rank, first.records, options, ucx != nullptr);
+  // Then the peers every rank connects at setup besides: its host's ranks over shared memory
+  // and the UCX peers (a control connection each). Tcp peers connect at their first message.
+  std::vector<int> second;
+  for (int p = 0; p < size; ++p) {
+    if (p == rank) continue;
+    tcp->connector().set_target(p, plan.targets[static_cast<std::size_t>(p)]);
+    if (plan.links[static_cast<std::size_t>(p)] != Link::tcp &&
+        !std::binary_search(first.peers.begin(), first.peers.end(), p))
+      second.push_back(p);
+  }
   auto mesh = std::make_unique<detail::MeshImpl>(
       rank, wait_options(rank, static_cast<int>(plan.same_host.size()) + 1, options), plan.peers,
       plan.links);
-  auto shm = connect_shm(store, rank, plan.local, records, deadline, options);
-  auto sockets = tcp.connect_all(plan.targets, deadline, options.check_peers);
-  const std::string ucx_lanes =
-      attach_endpoints(*mesh, plan, sockets, tcp, shm.get(), ucx.get(), records);
+  auto shm = connect_shm(store, rank, plan.local, first.records, deadline, options);
+  auto second_sockets = tcp->connector().connect(second, deadline, options.check_peers);
+  std::string ucx_lanes = attach_endpoints(*mesh, plan, first.peers, first.sockets, *tcp, shm.get(),
+                                           ucx.get(), first.records);
+  ucx_lanes += attach_endpoints(*mesh, plan, second, second_sockets, *tcp, shm.get(), ucx.get(),
+                                first.records);
   if (shm) mesh->adopt_shm(std::move(shm), plan.local);
   mesh->share_host(plan.same_host);
+  std::vector<int> over_tcp;
+  for (int p : first.peers)
+    if (plan.links[static_cast<std::size_t>(p)] == Link::tcp) over_tcp.push_back(p);
+  const std::string listening = net::format_host_port(tcp->address(), tcp->port());
+  tcp->connector().refusal_is_final();
+  mesh->adopt_tcp(std::move(tcp));
   if (!plan.over_ucx.empty()) ucx_handshake(*mesh, plan.over_ucx, rank, deadline);
   testing::setup_step("connected");
+  const auto later = static_cast<std::size_t>(size - 1) - plan.local.size() - plan.over_ucx.size() -
+                     over_tcp.size();
   TANDEM_INFO(init,
               "rank {}/{} connected in {:.1f} ms: shm to [{}], tcp to [{}] ({} stream(s) each), "
-              "{}listening on {}",
+              "{}{} more over tcp at their first message, listening on {}",
               rank, size, std::chrono::duration<double, std::milli>(Clock::now() - start).count(),
-              fmt::join(plan.local, ","), fmt::join(plan.remote, ","), options.sockets_per_peer,
-              ucx_lanes.empty() ? std::string() : fmt::format("ucx to [{}], ", ucx_lanes),
-              net::format_host_port(tcp.address(), tcp.port()));
+              fmt::join(plan.local, ","), fmt::join(over_tcp, ","), options.sockets_per_peer,
+              ucx_lanes.empty() ? std::string() : fmt::format("ucx to [{}], ", ucx_lanes), later,
+              listening);
   return mesh;
 }
 

@@ -8,6 +8,7 @@
 namespace tandem::transport::detail {
 
 void MeshImpl::check_controls(int timeout_ms) {
+  if (tcp_) serve_connections();
   pfds_.clear();
   for (const Control& c : controls_)
     if (c.watched()) pfds_.push_back({c.fd(), POLLIN | POLLRDHUP, 0});

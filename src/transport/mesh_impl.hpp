@@ -6,6 +6,7 @@
 //                      poisoned state every later call rethrows
 //   mesh_connect.cpp   building one: make_mesh over given connections, connect_mesh
 //                      through a store
+//   mesh_demand.cpp    connections made at a peer's first message
 
 #include "transport/control.hpp"
 #include "transport/cpu_spread.hpp"
@@ -13,6 +14,7 @@
 #include "transport/mesh.hpp"
 #include "transport/regions.hpp"
 #include "transport/shm/context.hpp"
+#include "transport/tcp/context.hpp"
 
 #include <tandem/error.hpp>
 
@@ -86,6 +88,9 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
   /// moves to its own (spread_cpu()).
   void share_host(std::span<const int> same_host);
   PeerFailureHandler& failures() noexcept { return *this; }
+  /// The tcp context whose connector connects the peers not connected at setup, at their
+  /// first message either way (mesh_demand.cpp). Its targets must be set for every peer.
+  void adopt_tcp(std::unique_ptr<tcp::Context> tcp);
 
   // ---- Mesh (mesh.cpp) -----------------------------------------------------------------
   const std::shared_ptr<RegionPool>& regions() const noexcept override { return regions_; }
@@ -120,6 +125,22 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
   }
   void throw_if_pending(const Request& r) const;
   [[noreturn, gnu::cold, gnu::noinline]] void throw_not_runnable(const Request& r) const;
+
+  // ---- connections at first use (mesh_demand.cpp) -------------------------------------
+  /// The endpoint of `peer`, which has none yet: one that holds the requests while the
+  /// connector connects to the peer (or takes the connection the peer is making).
+  [[gnu::cold, gnu::noinline]] Endpoint& connect_on_demand(int peer);
+  Endpoint& endpoint(int peer) {
+    Endpoint* ep = endpoints_[static_cast<std::size_t>(peer)].get();
+    return ep != nullptr ? *ep : connect_on_demand(peer);
+  }
+  /// Advances the handshakes, attaches the peers that connected (either side dialed) and
+  /// raises a peer that refused; every kLivenessPoll while this rank dials, asks
+  /// check_peers. True when a peer was attached.
+  bool serve_connections();
+  void attach_connected(int peer, tcp::PeerSockets sockets);
+  /// For messages: "connecting: ..." while `peer` is being connected, else "".
+  std::string connection_status(int peer) const;
 
   // ---- waiting (mesh_wait.cpp) ---------------------------------------------------------
   void run_wait(std::span<Request* const> rs, Deadline deadline);
@@ -170,6 +191,9 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
   std::vector<std::unique_ptr<Endpoint>> endpoints_;
   std::vector<Endpoint*> active_;
   std::unique_ptr<shm::Context> shm_;
+  std::unique_ptr<tcp::Context> tcp_;  ///< null: every peer was connected at setup
+  std::vector<int> dialing_;           ///< peers whose requests wait for their connection
+  Clock::time_point next_liveness_{};  ///< check_peers while dialing_ is not empty
   std::optional<CpuSpread> spread_;
   std::shared_ptr<RegionPool> regions_;
   std::vector<pollfd> pfds_;

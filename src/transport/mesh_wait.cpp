@@ -3,6 +3,7 @@
 
 #include "core/futex.hpp"
 #include "transport/mesh_impl.hpp"
+#include "transport/tcp/connector.hpp"
 
 #include <tandem/log.hpp>
 
@@ -98,7 +99,7 @@ void MeshImpl::spread_cpu() {
 }
 
 bool MeshImpl::progress_all() {
-  bool moved = false;
+  bool moved = !dialing_.empty() && serve_connections();
   for (Endpoint* ep : active_)
     if (ep->busy()) moved = ep->progress() || moved;
   return moved;
@@ -138,6 +139,9 @@ void MeshImpl::block(Deadline deadline) {
   for (const Endpoint* ep : active_)
     if (ep->busy()) ready = ep->add_poll_fds(pfds_) || ready;
   if (ready) return;
+  // The listener and the handshakes in flight: a peer's first message may need them.
+  const std::size_t n_endpoints = pfds_.size();
+  if (tcp_) tcp_->connector().add_poll_fds(pfds_);
   const int rc = ::poll(pfds_.data(), pfds_.size(), poll_ms(shm_busy ? kMixedSlice : slice));
   if (rc < 0 && errno != EINTR)
     TANDEM_THROW(ErrorCode::Io, "poll() failed while waiting for peers: {}", errno_text(errno));
@@ -145,6 +149,12 @@ void MeshImpl::block(Deadline deadline) {
   for (std::size_t i = 0; i < n_controls; ++i)
     control_event = control_event || pfds_[i].revents != 0;
   if (control_event) read_controls();
+  for (std::size_t i = n_endpoints; i < pfds_.size(); ++i) {
+    if (pfds_[i].revents != 0) {
+      serve_connections();
+      break;
+    }
+  }
   raise_failed_peers();
 }
 
@@ -158,9 +168,10 @@ void MeshImpl::throw_timeout(std::span<Request* const> rs, Clock::time_point sta
       what.emplace_back("...");
       break;
     }
-    what.push_back(fmt::format("{} {} rank {} ({}): {} of {} bytes, tag {:#010x}",
+    what.push_back(fmt::format("{} {} rank {} ({}{}): {} of {} bytes, tag {:#010x}",
                                to_string(r->kind), r->kind == RequestKind::send ? "to" : "from",
-                               r->peer, to_string(link(r->peer)), r->done, r->bytes, r->tag));
+                               r->peer, to_string(link(r->peer)), connection_status(r->peer),
+                               r->done, r->bytes, r->tag));
   }
   TANDEM_THROW(ErrorCode::Timeout,
                "rank {} timed out after {:.3f} s waiting for point-to-point transfers: {}. {}. "

@@ -224,8 +224,8 @@ void watch_peers(const Identity& id, Rendezvous& rdv, std::string lost_key,
     const std::string keys[] = {key};
     if (!store->check(keys)) return;
     TANDEM_THROW(ErrorCode::PeerLost,
-                 "{} died or lost its connection to the store before the communicator was set "
-                 "up; this rank cannot continue without it. Check that rank's output and exit "
+                 "{} died or lost its connection to the store before this rank was connected "
+                 "to it; this rank cannot continue without it. Check that rank's output and exit "
                  "status (a crash, the OOM killer, a signal)",
                  store->get(key, deadline_in(std::chrono::seconds(10))));
   };

@@ -50,6 +50,12 @@ class Context {
   /// Maps `peer`'s segment `name` and validates it; the last of its peers to map it
   /// unlinks the name.
   void attach(int peer, const std::string& name);
+  /// Whether every sender has mapped this rank's segment: its name is unlinked then, and this
+  /// rank may close without stranding a peer that is still setting up.
+  bool all_attached() const noexcept {
+    return own_view_.header->mappers.load(std::memory_order_acquire) ==
+           own_view_.header->channel_count;
+  }
   /// The endpoint to `peer` (attach()ed before).
   std::unique_ptr<transport::Endpoint> make_endpoint(int peer, PeerFailureHandler& failures);
 

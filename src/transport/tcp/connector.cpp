@@ -75,65 +75,130 @@ std::string_view Hello::token() const noexcept {
 }
 
 Connector::Connector(int rank, int size, std::string_view token, const net::Fd& listener,
-                     const std::vector<Target>& targets, std::size_t& rejected)
+                     std::size_t& rejected)
     : rank_(rank),
       size_(size),
       token_(token),
       listener_(listener),
-      targets_(targets),
       rejected_(rejected),
-      result_(static_cast<std::size_t>(size)),
-      addresses_(static_cast<std::size_t>(size)) {
-  for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
-    const Target& t = targets_[static_cast<std::size_t>(p)];
-    sockets(p).data.resize(static_cast<std::size_t>(t.streams));
-    if (p < rank_) {
-      incoming_expected_ += 1 + static_cast<std::size_t>(t.streams);
+      peers_(static_cast<std::size_t>(size)),
+      addresses_(static_cast<std::size_t>(size)),
+      next_address_(static_cast<std::size_t>(size)) {}
+
+void Connector::set_target(int peer, const Target& target) {
+  Peer& p = at(peer);
+  if (p.known) return;
+  p.target = target;
+  p.known = true;
+  p.sockets.data.resize(static_cast<std::size_t>(target.streams));
+  p.missing = 1 + target.streams;
+  auto early = std::move(p.early);
+  p.early.clear();
+  for (auto& [purpose, fd] : early) {
+    if (purpose > target.streams) {
+      TANDEM_WARN(init, "rank {} opened {}, but has only {} data streams to this rank: closed",
+                  peer, purpose_name(purpose), target.streams);
       continue;
     }
-    addresses_[static_cast<std::size_t>(p)] = net::resolve(t.host, t.port);
-    for (int purpose = 0; purpose <= t.streams; ++purpose) {
-      Outgoing o;
-      o.peer = p;
-      o.purpose = purpose;
-      o.where = net::format_host_port(t.host, t.port);
-      o.backoff = kFirstBackoff;
-      outgoing_.push_back(std::move(o));
-    }
+    keep(peer, purpose, std::move(fd), true);
   }
 }
 
-net::Fd& Connector::slot(PeerSockets& ps, int purpose) {
-  return purpose == kControlPurpose ? ps.control : ps.data[static_cast<std::size_t>(purpose - 1)];
+void Connector::dial(int peer) {
+  if (at(peer).phase == Phase::idle) open(peer);
 }
 
-bool Connector::finished() const noexcept {
-  return accepted_.size() == incoming_expected_ &&
-         std::all_of(outgoing_.begin(), outgoing_.end(),
-                     [](const Outgoing& o) { return o.state == Outgoing::State::done; });
-}
-
-std::vector<PeerSockets> Connector::run(Deadline deadline,
-                                        const std::function<void()>& check_peers) {
-  const auto begin = Clock::now();
-  auto next_check = begin + kLivenessPoll;
-  for (;;) {
-    const auto now = Clock::now();
-    Clock::time_point wake = start_due(now, deadline);
-    if (finished() || now >= deadline) break;
-    if (check_peers) {
-      if (now >= next_check) {
-        check_peers();  // a rank that died will never connect
-        next_check = now + kLivenessPoll;
-      }
-      wake = std::min(wake, next_check);
-    }
-    poll_until(wake);
+void Connector::open(int peer) {
+  Peer& p = at(peer);
+  TANDEM_CHECK_ARG(p.known, "rank {} cannot connect to rank {}: its address is unknown", rank_,
+                   peer);
+  auto& list = addresses_[static_cast<std::size_t>(peer)];
+  if (list.empty()) list = net::resolve(p.target.host, p.target.port);
+  p.phase = Phase::dialing;
+  for (int purpose = 0; purpose <= p.target.streams; ++purpose) {
+    Outgoing o;
+    o.peer = peer;
+    o.purpose = purpose;
+    o.backoff = kFirstBackoff;
+    outgoing_.push_back(std::move(o));
   }
-  if (!finished()) throw_missing(begin);
-  for (auto& [key, fd] : accepted_) slot(sockets(key.first), key.second) = std::move(fd);
-  return std::move(result_);
+}
+
+void Connector::keep(int peer, int purpose, net::Fd fd, bool tune) {
+  Peer& p = at(peer);
+  if (!p.known) {
+    p.early.emplace_back(purpose, std::move(fd));
+    return;
+  }
+  net::Fd& slot = purpose == kControlPurpose
+                      ? p.sockets.control
+                      : p.sockets.data[static_cast<std::size_t>(purpose - 1)];
+  if (slot) return;  // decide() turns a second one away; a dial's slot is never filled twice
+  if (tune) tune_socket(fd.get(), purpose != kControlPurpose, p.target.same_host);
+  slot = std::move(fd);
+  if (--p.missing == 0 && p.phase != Phase::connected) {
+    p.phase = Phase::connected;
+    ready_.push_back(peer);
+  }
+}
+
+void Connector::cancel_dials(int peer) {
+  for (Outgoing& o : outgoing_) {
+    if (o.peer != peer || o.state == Outgoing::State::done) continue;
+    o.hello = Hello{};
+    o.state = Outgoing::State::done;
+  }
+}
+
+void Connector::superseded(int peer) {
+  Peer& p = at(peer);
+  cancel_dials(peer);
+  if (p.phase != Phase::dialing) return;  // its connection is being accepted already
+  p.phase = Phase::awaiting;
+  p.redial_at = Clock::now() + kRedial;
+  p.last_error = fmt::format(
+      "rank {} is connecting to this rank (both dialed at once: the lower rank's connection "
+      "is kept)",
+      peer);
+  awaiting_.push_back(peer);
+}
+
+bool Connector::connecting(int peer) const noexcept {
+  const Phase ph = at(peer).phase;
+  return ph != Phase::idle && ph != Phase::connected;
+}
+
+bool Connector::busy() const noexcept {
+  return !outgoing_.empty() || !incoming_.empty() || !awaiting_.empty();
+}
+
+std::vector<std::pair<int, PeerSockets>> Connector::take_connected() {
+  std::vector<std::pair<int, PeerSockets>> out;
+  for (int peer : ready_) out.emplace_back(peer, std::move(at(peer).sockets));
+  ready_.clear();
+  return out;
+}
+
+std::string Connector::status(int peer) const {
+  const Peer& p = at(peer);
+  const std::string where =
+      p.known ? net::format_host_port(p.target.host, p.target.port) : std::string("?");
+  switch (p.phase) {
+    case Phase::idle:
+      return peer < rank_ ? fmt::format("no connection from rank {} yet", peer)
+                          : fmt::format("not connected to rank {} at {}", peer, where);
+    case Phase::dialing:
+      return fmt::format("connecting to rank {} at {}: {}", peer, where,
+                         p.refused ? "refused: nothing listens there any more" : p.last_error);
+    case Phase::awaiting:
+      return p.last_error;
+    case Phase::incoming:
+      return fmt::format("rank {} is connecting to this rank ({} connection(s) still missing)",
+                         peer, p.known ? p.missing : 1);
+    case Phase::connected:
+      return fmt::format("connected to rank {}", peer);
+  }
+  return {};
 }
 
 Clock::time_point Connector::start_due(Clock::time_point now, Clock::time_point wake) {
@@ -142,16 +207,27 @@ Clock::time_point Connector::start_due(Clock::time_point now, Clock::time_point 
     if (now >= o.retry_at) start(o);
     if (o.state == Outgoing::State::waiting) wake = std::min(wake, o.retry_at);
   }
+  std::vector<int> still;
+  for (int peer : awaiting_) {
+    Peer& p = at(peer);
+    if (p.phase != Phase::awaiting) continue;
+    if (now >= p.redial_at) {
+      open(peer);  // the lower rank's connection never came: try ours again
+    } else {
+      still.push_back(peer);
+      wake = std::min(wake, p.redial_at);
+    }
+  }
+  awaiting_ = std::move(still);
   return wake;
 }
 
 void Connector::start(Outgoing& o) {
   const auto& list = addresses_[static_cast<std::size_t>(o.peer)];
-  const net::SockAddr& a = list[o.next_address++ % list.size()];
+  const net::SockAddr& a = list[next_address_[static_cast<std::size_t>(o.peer)]++ % list.size()];
   net::Fd fd(::socket(a.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) TANDEM_THROW(ErrorCode::Io, "cannot create a socket: {}", errno_text(errno));
-  tune_socket(fd.get(), o.purpose != kControlPurpose,
-              targets_[static_cast<std::size_t>(o.peer)].same_host);
+  tune_socket(fd.get(), o.purpose != kControlPurpose, at(o.peer).target.same_host);
   o.hello = Hello{};
   o.hello.out = encode_hello(rank_, o.peer, size_, o.purpose, token_);
   o.hello.fd = std::move(fd);
@@ -160,69 +236,101 @@ void Connector::start(Outgoing& o) {
   else if (errno == EINPROGRESS || errno == EINTR)
     o.state = Outgoing::State::connecting;
   else
-    fail(o, failure_text(errno));
+    fail(o, errno, failure_text(errno));
 }
 
-void Connector::fail(Outgoing& o, std::string why) {
+void Connector::fail(Outgoing& o, int err, std::string why) {
+  Peer& p = at(o.peer);
+  if (err == ECONNREFUSED && refusal_final_) p.refused = true;
   o.hello = Hello{};
   o.state = Outgoing::State::waiting;
-  o.last_error = std::move(why);
+  p.last_error = fmt::format("{}: {}", purpose_name(o.purpose), why);
   o.retry_at = Clock::now() + o.backoff;
   o.backoff = std::min(o.backoff * 2, kMaxBackoff);
 }
 
-void Connector::step(Outgoing& o) {
+bool Connector::step(Outgoing& o) {
   int err = 0;
   if (o.state == Outgoing::State::connecting) {
     socklen_t len = sizeof err;
     ::getsockopt(o.hello.fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-    if (err != 0) return fail(o, failure_text(err));
+    if (err != 0) return fail(o, err, failure_text(err)), false;
     o.state = Outgoing::State::writing;
   }
   if (o.state == Outgoing::State::writing) {
     if (!o.hello.write(&err)) {
-      if (err != 0) fail(o, failure_text(err));
-      return;
+      if (err != 0) fail(o, err, failure_text(err));
+      return false;
     }
     o.state = Outgoing::State::reading;
   }
   if (!o.hello.read(&err)) {
     if (err == -1)
-      fail(o,
+      fail(o, err,
            "the peer closed the connection during the handshake (it rejected this rank's HELLO: "
            "a different TANDEM_STORE_TOKEN?)");
     else if (err != 0)
-      fail(o, failure_text(err));
-    return;
+      fail(o, err, failure_text(err));
+    return false;
   }
   const HelloHead& head = o.hello.head;
   std::string why = check_hello(head, o.hello.token(), rank_, size_, token_);
+  if (why.empty() && head.from == o.peer && head.purpose == kSupersededPurpose && o.peer < rank_) {
+    superseded(o.peer);
+    return true;
+  }
   if (why.empty() && (head.from != o.peer || head.purpose != o.purpose))
     why = fmt::format("answered as rank {} {} instead of rank {} {}", head.from,
                       purpose_name(head.purpose), o.peer, purpose_name(o.purpose));
   if (!why.empty()) {
-    if (o.last_error.rfind("invalid HELLO", 0) != 0)
-      TANDEM_WARN(init, "rank {} at {} answered with an invalid HELLO: {}", o.peer, o.where, why);
-    return fail(o, "invalid HELLO answer: " + why);
+    if (at(o.peer).last_error.find("invalid HELLO") == std::string::npos)
+      TANDEM_WARN(init, "rank {} at {} answered with an invalid HELLO: {}", o.peer,
+                  net::format_host_port(at(o.peer).target.host, at(o.peer).target.port), why);
+    fail(o, 0, "invalid HELLO answer: " + why);
+    return false;
   }
-  slot(sockets(o.peer), o.purpose) = std::move(o.hello.fd);
-  o.hello = Hello{};
   o.state = Outgoing::State::done;
+  keep(o.peer, o.purpose, std::move(o.hello.fd), false);
+  o.hello = Hello{};
+  return true;
 }
 
-std::string Connector::refusal(const Incoming& in) const {
+std::string Connector::decide(Incoming& in) {
   const HelloHead& head = in.hello.head;
   std::string why = check_hello(head, in.hello.token(), rank_, size_, token_);
   if (!why.empty()) return why;
   const int from = head.from;
-  if (from > rank_)
-    return fmt::format("rank {} should be accepting from this rank, not connecting", from);
-  const int streams = targets_[static_cast<std::size_t>(from)].streams;
-  if (head.purpose > streams)
+  const int purpose = head.purpose;
+  if (purpose == kSupersededPurpose) return "an answer where a HELLO was due";
+  Peer& p = at(from);
+  if (p.phase == Phase::connected) {
+    // A dial the peer cancelled when the two dialed at once, still queued at this listener.
+    in.stale = true;
+    return fmt::format("a cancelled dial of rank {}, which is connected already", from);
+  }
+  if (p.known && purpose > p.target.streams)
     return fmt::format("{} from rank {}, which has only {} data streams to this rank",
-                       purpose_name(head.purpose), from, streams);
-  if (accepted_.count({from, head.purpose}) != 0)
-    return fmt::format("a second {} from rank {}", purpose_name(head.purpose), from);
+                       purpose_name(purpose), from, p.target.streams);
+  const bool have = p.known ? (purpose == kControlPurpose
+                                   ? p.sockets.control.valid()
+                                   : p.sockets.data[static_cast<std::size_t>(purpose - 1)].valid())
+                            : std::any_of(p.early.begin(), p.early.end(),
+                                          [&](const auto& e) { return e.first == purpose; });
+  if (have && p.phase == Phase::incoming)
+    return fmt::format("a second {} from rank {}", purpose_name(purpose), from);
+  if (p.phase == Phase::dialing && from > rank_) {
+    in.keep = false;  // this rank's own connection is the one kept
+    return {};
+  }
+  if (p.phase == Phase::dialing || p.phase == Phase::awaiting) {
+    cancel_dials(from);
+    if (p.known) {  // nothing of this rank's dials completed (the peer would not dial then)
+      p.sockets = PeerSockets{};
+      p.sockets.data.resize(static_cast<std::size_t>(p.target.streams));
+      p.missing = 1 + p.target.streams;
+    }
+  }
+  p.phase = Phase::incoming;
   return {};
 }
 
@@ -235,9 +343,11 @@ bool Connector::step(Incoming& in) {
                     failure_text(err));
       return false;
     }
-    if (const std::string why = refusal(in); !why.empty()) {
+    if (const std::string why = decide(in); !why.empty()) {
       // A rejected peer retries with backoff: say it once, then only at DETAIL level.
-      if (rejected_++ == 0)
+      if (in.stale)
+        TANDEM_DETAIL(init, "closed connection from {}: {}", in.where, why);
+      else if (rejected_++ == 0)
         TANDEM_WARN(init,
                     "rejected connection from {}: {} (further rejections are logged at "
                     "TANDEM_DEBUG=DETAIL)",
@@ -246,7 +356,9 @@ bool Connector::step(Incoming& in) {
         TANDEM_DETAIL(init, "rejected connection from {}: {}", in.where, why);
       return false;
     }
-    in.hello.out = encode_hello(rank_, in.hello.head.from, size_, in.hello.head.purpose, token_);
+    const HelloHead& h = in.hello.head;
+    in.hello.out =
+        encode_hello(rank_, h.from, size_, in.keep ? h.purpose : kSupersededPurpose, token_);
     in.state = Incoming::State::writing;
   }
   if (!in.hello.write(&err)) {
@@ -255,11 +367,7 @@ bool Connector::step(Incoming& in) {
                   failure_text(err));
     return false;
   }
-  const int from = in.hello.head.from;
-  const int purpose = in.hello.head.purpose;
-  tune_socket(in.hello.fd.get(), purpose != kControlPurpose,
-              targets_[static_cast<std::size_t>(from)].same_host);
-  accepted_.emplace(std::pair{from, purpose}, std::move(in.hello.fd));
+  if (in.keep) keep(in.hello.head.from, in.hello.head.purpose, std::move(in.hello.fd), true);
   return false;
 }
 
@@ -279,57 +387,103 @@ void Connector::accept_new() {
   }
 }
 
-void Connector::poll_until(Clock::time_point wake) {
-  std::vector<pollfd> pfds;
-  std::vector<std::size_t> polled_out;
-  pfds.push_back({listener_.get(), POLLIN, 0});
-  for (std::size_t k = 0; k < outgoing_.size(); ++k) {
-    const Outgoing& o = outgoing_[k];
+void Connector::add_poll_fds(std::vector<pollfd>& out) const {
+  if (listener_) out.push_back({listener_.get(), POLLIN, 0});
+  for (const Outgoing& o : outgoing_) {
     if (o.state == Outgoing::State::waiting || o.state == Outgoing::State::done) continue;
-    pfds.push_back({o.hello.fd.get(),
-                    static_cast<short>(o.state == Outgoing::State::reading ? POLLIN : POLLOUT), 0});
-    polled_out.push_back(k);
+    out.push_back({o.hello.fd.get(),
+                   static_cast<short>(o.state == Outgoing::State::reading ? POLLIN : POLLOUT), 0});
   }
   for (const Incoming& in : incoming_)
-    pfds.push_back({in.hello.fd.get(),
-                    static_cast<short>(in.state == Incoming::State::reading ? POLLIN : POLLOUT),
-                    0});
-  const int rc = ::poll(pfds.data(), pfds.size(), net::poll_timeout_ms(wake));
-  if (rc < 0 && errno != EINTR)
-    TANDEM_THROW(ErrorCode::Io, "poll failed while connecting ranks: {}", errno_text(errno));
-  if (rc <= 0) return;
-
-  std::size_t i = 1;
-  for (std::size_t k : polled_out)
-    if (pfds[i++].revents != 0) step(outgoing_[k]);
-  std::vector<Incoming> keep;
-  for (Incoming& in : incoming_) {
-    const bool ready = pfds[i++].revents != 0;
-    if (!ready || step(in)) keep.push_back(std::move(in));
-  }
-  incoming_ = std::move(keep);
-  if (pfds[0].revents != 0) accept_new();
+    out.push_back({in.hello.fd.get(),
+                   static_cast<short>(in.state == Incoming::State::reading ? POLLIN : POLLOUT), 0});
 }
 
-void Connector::throw_missing(Clock::time_point start) const {
-  std::vector<std::string> missing;
-  for (const Outgoing& o : outgoing_)
-    if (o.state != Outgoing::State::done)
-      missing.push_back(fmt::format("rank {} {} at {}: {}", o.peer, purpose_name(o.purpose),
-                                    o.where, o.last_error));
-  for (int p = 0; p < rank_; ++p) {
-    for (int purpose = 0; purpose <= targets_[static_cast<std::size_t>(p)].streams; ++purpose)
-      if (accepted_.count({p, purpose}) == 0)
-        missing.push_back(fmt::format("no {} connection from rank {}", purpose_name(purpose), p));
+bool Connector::step() {
+  start_due(Clock::now(), Clock::time_point::max());
+  return pump(0);
+}
+
+bool Connector::pump(int timeout_ms) {
+  const std::size_t ready_before = ready_.size();
+  std::vector<pollfd> pfds;
+  add_poll_fds(pfds);
+  // The order of add_poll_fds(): the listener, the outgoing in flight, the incoming.
+  std::vector<std::size_t> polled_out;
+  for (std::size_t k = 0; k < outgoing_.size(); ++k) {
+    const auto state = outgoing_[k].state;
+    if (state != Outgoing::State::waiting && state != Outgoing::State::done)
+      polled_out.push_back(k);
   }
+  const int rc = ::poll(pfds.data(), pfds.size(), timeout_ms);
+  if (rc < 0 && errno != EINTR)
+    TANDEM_THROW(ErrorCode::Io, "poll failed while connecting ranks: {}", errno_text(errno));
+  if (rc <= 0) return false;
+  std::size_t i = listener_ ? 1 : 0;
+  bool moved = false;
+  for (std::size_t k : polled_out) {
+    Outgoing& o = outgoing_[k];  // a step may cancel a later one (SUPERSEDED): done, skipped
+    if (pfds[i++].revents != 0 && o.state != Outgoing::State::done) moved = step(o) || moved;
+  }
+  std::vector<Incoming> keep_in;
+  for (Incoming& in : incoming_) {
+    const bool ready = pfds[i++].revents != 0;
+    if (!ready || step(in)) keep_in.push_back(std::move(in));
+  }
+  moved = moved || keep_in.size() != incoming_.size();
+  incoming_ = std::move(keep_in);
+  if (listener_ && pfds[0].revents != 0) {
+    accept_new();
+    moved = true;
+  }
+  std::erase_if(outgoing_, [](const Outgoing& o) { return o.state == Outgoing::State::done; });
+  return moved || ready_.size() != ready_before;
+}
+
+std::vector<PeerSockets> Connector::connect(std::span<const int> peers, Deadline deadline,
+                                            const std::function<void()>& check_peers) {
+  const auto begin = Clock::now();
+  for (int p : peers)
+    if (p > rank_) dial(p);
+  auto whole = [&] {
+    return std::all_of(peers.begin(), peers.end(),
+                       [&](int p) { return at(p).phase == Phase::connected; });
+  };
+  auto next_check = begin + kLivenessPoll;
+  for (;;) {
+    const auto now = Clock::now();
+    Clock::time_point wake = start_due(now, deadline);
+    if (whole() || now >= deadline) break;
+    if (check_peers) {
+      if (now >= next_check) {
+        check_peers();  // a rank that died will never connect
+        next_check = now + kLivenessPoll;
+      }
+      wake = std::min(wake, next_check);
+    }
+    pump(net::poll_timeout_ms(wake));
+  }
+  if (!whole()) throw_missing(peers, begin);
+  std::vector<PeerSockets> out;
+  out.reserve(peers.size());
+  for (int p : peers) {
+    out.push_back(std::move(at(p).sockets));
+    std::erase(ready_, p);
+  }
+  return out;
+}
+
+void Connector::throw_missing(std::span<const int> peers, Clock::time_point start) const {
+  std::vector<std::string> missing;
+  for (int p : peers)
+    if (at(p).phase != Phase::connected) missing.push_back(status(p));
   const double waited = std::chrono::duration<double>(Clock::now() - start).count();
   TANDEM_THROW(ErrorCode::Timeout,
-               "rank {} could not connect to every peer within {:.1f} s ({} of {} connections "
-               "missing): {}. Check that every rank was started with the same "
-               "TANDEM_STORE_TOKEN, that the ranks can reach each other (firewall, "
-               "TANDEM_SOCKET_IFNAME), and that none of them failed during startup",
-               rank_, waited, missing.size(), outgoing_.size() + incoming_expected_,
-               fmt::join(missing, "; "));
+               "rank {} could not connect to its peers within {:.1f} s ({} of {} missing): {}. "
+               "Check that every rank was started with the same TANDEM_STORE_TOKEN, that the "
+               "ranks can reach each other (firewall, TANDEM_SOCKET_IFNAME), and that none of "
+               "them failed during startup",
+               rank_, waited, missing.size(), peers.size(), fmt::join(missing, "; "));
 }
 
 }  // namespace tandem::transport::tcp

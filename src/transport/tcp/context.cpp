@@ -17,13 +17,23 @@ Context::Context(int rank, int size, std::string address, std::string token)
   net::set_buffer_sizes(listener_.get(), kSocketBuffer, kSocketBuffer);
   net::set_nonblocking(listener_.get(), true);
   port_ = net::bound_port(listener_.get());
+  connector_ = std::make_unique<Connector>(rank_, size_, token_, listener_, rejected_);
 }
+
+Context::~Context() = default;
 
 std::vector<PeerSockets> Context::connect_all(const std::vector<Target>& targets, Deadline deadline,
                                               const std::function<void()>& check_peers) {
-  auto sockets =
-      Connector(rank_, size_, token_, listener_, targets, rejected_).run(deadline, check_peers);
-  listener_.reset();
+  std::vector<int> peers;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    connector_->set_target(p, targets[static_cast<std::size_t>(p)]);
+    peers.push_back(p);
+  }
+  auto got = connector_->connect(peers, deadline, check_peers);
+  std::vector<PeerSockets> sockets(static_cast<std::size_t>(size_));
+  for (std::size_t i = 0; i < peers.size(); ++i)
+    sockets[static_cast<std::size_t>(peers[i])] = std::move(got[i]);
   return sockets;
 }
 

@@ -1,8 +1,6 @@
 #pragma once
-// Per-communicator tcp state: the listening socket and the handshake that connects every
-// pair of ranks. Rank i connects to every j > i and accepts every j < i; each connection
-// (the control connection, then one per data stream) opens with a HELLO both ways that
-// carries the shared token, so a stranger or a rank of another job is turned away.
+// Per-communicator tcp state: the listening socket and the handshakes that connect this rank
+// to its peers (tcp/connector.hpp), at setup and at a peer's first message.
 
 #include "core/net.hpp"
 #include "transport/endpoint.hpp"
@@ -31,16 +29,24 @@ struct PeerSockets {
   std::vector<net::Fd> data;
 };
 
+class Connector;
+
 class Context {
  public:
-  /// Listens on `address`:0.
+  /// Listens on `address`:0 for as long as the context lives.
   Context(int rank, int size, std::string address, std::string token);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
 
   const std::string& address() const noexcept { return address_; }
   std::uint16_t port() const noexcept { return port_; }
 
-  /// Connects every pair (self and unreachable entries of `targets` are ignored), then closes
-  /// the listener. Throws Error(Timeout) at `deadline` naming the ranks still missing.
+  /// The handshakes with every peer, at setup and after (tcp/connector.hpp).
+  Connector& connector() noexcept { return *connector_; }
+
+  /// Connects to every rank of `targets` (self is ignored): the lower rank of each pair
+  /// dials. Throws Error(Timeout) at `deadline` naming the connections still missing.
   /// `check_peers` (when set) runs every kLivenessPoll while connections are missing and
   /// throws when a rank is gone.
   std::vector<PeerSockets> connect_all(const std::vector<Target>& targets, Deadline deadline,
@@ -49,7 +55,7 @@ class Context {
   std::unique_ptr<transport::Endpoint> make_endpoint(int peer, std::vector<net::Fd> data,
                                                      PeerFailureHandler& failures) const;
 
-  /// Connections turned away during connect_all (bad HELLO or token).
+  /// Connections turned away (bad HELLO or token).
   std::size_t rejected() const noexcept { return rejected_; }
 
  private:
@@ -60,6 +66,7 @@ class Context {
   net::Fd listener_;
   std::uint16_t port_ = 0;
   std::size_t rejected_ = 0;
+  std::unique_ptr<Connector> connector_;
 };
 
 }  // namespace tandem::transport::tcp

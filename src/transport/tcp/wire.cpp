@@ -63,7 +63,8 @@ std::string check_hello(const HelloHead& head, std::string_view token, int self,
     return fmt::format("addressed to rank {}, but this is rank {}", head.to, self);
   if (head.from < 0 || head.from >= world || head.from == self)
     return fmt::format("invalid sender rank {}", head.from);
-  if (head.purpose > kMaxStreams) return fmt::format("invalid stream {}", head.purpose);
+  if (head.purpose > kMaxStreams && head.purpose != kSupersededPurpose)
+    return fmt::format("invalid stream {}", head.purpose);
   if (head.token_bytes != token.size())
     return fmt::format("malformed token field ({} bytes announced)", head.token_bytes);
   if (!token_equal(token, expected_token))

@@ -15,11 +15,14 @@ namespace tandem::transport::tcp {
 // ---- HELLO -----------------------------------------------------------------------------
 
 inline constexpr std::uint32_t kHelloMagic = 0x484e4454;  // "TDNH"
-inline constexpr std::uint16_t kWireVersion = 1;
+inline constexpr std::uint16_t kWireVersion = 2;
 inline constexpr std::uint32_t kMaxTokenBytes = 1024;
 /// Purpose 0 is the control connection; 1 + k is data stream k.
 inline constexpr int kControlPurpose = 0;
 inline constexpr int kMaxStreams = 64;
+/// The purpose of an answer that declines a connection because this rank is connecting to the
+/// sender itself, and its connection is the one kept (tcp/connector.hpp).
+inline constexpr int kSupersededPurpose = 0xffff;
 
 struct HelloHead {
   std::uint32_t magic;
