@@ -132,7 +132,8 @@ std::string choose_listen_address(const std::string& ifname, std::string_view so
 std::vector<std::string> gather(store::Store& store, std::string_view prefix, int rank,
                                 std::string_view value, std::span<const int> from,
                                 Deadline deadline, std::string_view what,
-                                const std::function<void()>& check_peers) {
+                                const std::function<void()>& check_peers,
+                                std::chrono::milliseconds poll) {
   const auto start = Clock::now();
   store.set(fmt::format("{}{}", prefix, rank), value);
   testing::setup_step(fmt::format("published {}", what));
@@ -144,8 +145,7 @@ std::vector<std::string> gather(store::Store& store, std::string_view prefix, in
     // One multi_get (a round trip per 4096 keys), in slices when a dead rank can be noticed
     // meanwhile: it will never publish its key.
     for (;;) {
-      const Deadline slice =
-          check_peers ? std::min(deadline, deadline_in(kLivenessPoll)) : deadline;
+      const Deadline slice = check_peers ? std::min(deadline, deadline_in(poll)) : deadline;
       try {
         values = store.multi_get(keys, slice);
         break;

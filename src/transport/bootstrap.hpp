@@ -66,10 +66,11 @@ std::string choose_listen_address(const std::string& ifname, std::string_view so
 /// Sets `prefix + rank` to `value`, then waits for the keys of every rank in `from` and
 /// returns their values (in the order of `from`). On timeout the error names the missing
 /// ranks and `what` they were expected to publish. `check_peers` (when set) runs every
-/// kLivenessPoll while it waits and throws when a rank is gone.
+/// `poll` while it waits and throws when a rank is gone.
 std::vector<std::string> gather(store::Store& store, std::string_view prefix, int rank,
                                 std::string_view value, std::span<const int> from,
                                 Deadline deadline, std::string_view what,
-                                const std::function<void()>& check_peers = {});
+                                const std::function<void()>& check_peers = {},
+                                std::chrono::milliseconds poll = kLivenessPoll);
 
 }  // namespace tandem::transport

@@ -22,6 +22,7 @@
 #include <tandem/error.hpp>
 #include <tandem/types.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -210,6 +211,14 @@ struct MeshOptions {
 
 /// How often setup asks check_peers whether a rank is gone while it waits.
 inline constexpr auto kLivenessPoll = std::chrono::milliseconds(250);
+
+/// How often a rank of a group of `size` asks the store whether a rank is gone while it
+/// waits: every kLivenessPoll, and in a large group less often, so that all of its ranks
+/// together ask about 4,000 times a second (16,384 ranks: every 4 s) and leave the store's one
+/// thread free for the rest.
+inline std::chrono::milliseconds liveness_period(int size) noexcept {
+  return std::max<std::chrono::milliseconds>(kLivenessPoll, std::chrono::milliseconds(size / 4));
+}
 
 /// Whether `local_ranks` ranks of one host outnumber the CPUs they may run on: this process's
 /// affinity mask, or every online CPU when the mask holds one CPU only (a launcher bound each

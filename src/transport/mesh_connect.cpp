@@ -189,7 +189,7 @@ FirstContact first_contact(store::Store& store, int rank, int size, const RankRe
   FirstContact c;
   c.peers = setup_peers(rank, size);
   const auto texts = gather(store, "addr/", rank, encode_record(self), c.peers, deadline,
-                            "addresses", options.check_peers);
+                            "addresses", options.check_peers, liveness_period(size));
   c.records.resize(static_cast<std::size_t>(size));
   c.records[static_cast<std::size_t>(rank)] = self;
   for (std::size_t i = 0; i < c.peers.size(); ++i) {
@@ -211,6 +211,22 @@ FirstContact first_contact(store::Store& store, int rank, int size, const RankRe
     if (p != rank) c.records[static_cast<std::size_t>(p)] = decode_record(all[p], p);
   testing::setup_step("exchanged records");
   return c;
+}
+
+// `options` with check_peers asking the store at most every liveness_period(size): the loops
+// of setup and of the mesh call it every kLivenessPoll.
+MeshOptions paced(const MeshOptions& options, int size) {
+  MeshOptions opts = options;
+  const auto period = liveness_period(size);
+  if (opts.check_peers && period > kLivenessPoll) {
+    opts.check_peers = [check = options.check_peers, period, next = Clock::time_point{}]() mutable {
+      const auto now = Clock::now();
+      if (now < next) return;
+      next = now + period;
+      check();
+    };
+  }
+  return opts;
 }
 
 // The options the mesh runs with: TANDEM_SPIN_US=auto yields on every poll where this host's
@@ -247,8 +263,9 @@ std::unique_ptr<shm::Context> connect_shm(store::Store& store, int rank,
     store.set(fmt::format("shm/{}", rank), "!" + e.message());  // the local peers fail fast
     throw;
   }
-  const auto names = gather(store, "shm/", rank, shm->name(), local, deadline,
-                            "shared-memory segment names", options.check_peers);
+  const auto names =
+      gather(store, "shm/", rank, shm->name(), local, deadline, "shared-memory segment names",
+             options.check_peers, liveness_period(static_cast<int>(records.size())));
   for (std::size_t i = 0; i < local.size(); ++i) {
     if (names[i].starts_with('!'))
       TANDEM_THROW(ErrorCode::Io, "rank {} could not set up shared memory: {}", local[i],
@@ -310,13 +327,15 @@ std::string attach_endpoints(detail::MeshImpl& mesh, const LinkPlan& plan,
 }  // namespace
 
 std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
-                                   const MeshOptions& options) {
+                                   const MeshOptions& caller_options) {
   TANDEM_CHECK_ARG(size >= 1 && rank >= 0 && rank < size, "rank {} is not in a group of {} ranks",
                    rank, size);
-  TANDEM_CHECK_ARG(options.sockets_per_peer >= 1 && options.sockets_per_peer <= tcp::kMaxStreams,
-                   "TANDEM_SOCKETS_PER_PEER={} is out of range 1..{}", options.sockets_per_peer,
-                   tcp::kMaxStreams);
+  TANDEM_CHECK_ARG(
+      caller_options.sockets_per_peer >= 1 && caller_options.sockets_per_peer <= tcp::kMaxStreams,
+      "TANDEM_SOCKETS_PER_PEER={} is out of range 1..{}", caller_options.sockets_per_peer,
+      tcp::kMaxStreams);
   const auto start = Clock::now();
+  const MeshOptions options = paced(caller_options, size);
   const Deadline deadline = deadline_in(options.connect_timeout);
   RankRecord self = self_record(rank, options);
   if (size == 1) {
@@ -372,13 +391,15 @@ std::unique_ptr<Mesh> connect_mesh(store::Store& store, int rank, int size,
   testing::setup_step("connected");
   const auto later = static_cast<std::size_t>(size - 1) - plan.local.size() - plan.over_ucx.size() -
                      over_tcp.size();
-  TANDEM_INFO(init,
-              "rank {}/{} connected in {:.1f} ms: shm to [{}], tcp to [{}] ({} stream(s) each), "
-              "{}{} more over tcp at their first message, listening on {}",
-              rank, size, std::chrono::duration<double, std::milli>(Clock::now() - start).count(),
-              fmt::join(plan.local, ","), fmt::join(over_tcp, ","), options.sockets_per_peer,
-              ucx_lanes.empty() ? std::string() : fmt::format("ucx to [{}], ", ucx_lanes), later,
-              listening);
+  TANDEM_INFO(
+      init,
+      "rank {}/{} connected in {:.1f} ms: shm to [{}], tcp to [{}] ({} stream(s) each), "
+      "{}{}listening on {}",
+      rank, size, std::chrono::duration<double, std::milli>(Clock::now() - start).count(),
+      fmt::join(plan.local, ","), fmt::join(over_tcp, ","), options.sockets_per_peer,
+      ucx_lanes.empty() ? std::string() : fmt::format("ucx to [{}], ", ucx_lanes),
+      later == 0 ? std::string() : fmt::format("{} more over tcp at their first message, ", later),
+      listening);
   return mesh;
 }
 

@@ -123,9 +123,10 @@ void MeshImpl::fail_current() {
   try {
     throw;
   } catch (const Error& err) {
-    // Losses and aborts are seen by every peer on its own; the rest only here.
-    const bool origin = err.code() != ErrorCode::PeerLost && err.code() != ErrorCode::Aborted;
-    poison(e, err.code(), err.message(), origin);
+    // Passed on to every connected peer, losses and aborts too: a peer connected to neither
+    // the lost rank nor the one that aborted learns of it this way, within a hop per
+    // setup_peers() step (each rank tells once).
+    poison(e, err.code(), err.message(), true);
   } catch (const std::exception& ex) {
     Error err(ErrorCode::Internal, fmt::format("unexpected error in the transport: {}", ex.what()));
     e = std::make_exception_ptr(err);

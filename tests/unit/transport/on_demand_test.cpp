@@ -208,6 +208,43 @@ TEST(OnDemand, APeerThatDiesAfterItsConnectionIsNamed) {
   EXPECT_TRUE(exits[0].ok()) << testing::describe(exits[0]);
 }
 
+// Rank 0 is not connected to rank 3, and waits for rank 1 only; rank 3 dies. Rank 3's setup
+// peers see the death and pass it on, so rank 0 hears of it from them (PeerLost naming rank 3),
+// not at its deadline.
+TEST(OnDemand, ADeathReachesRanksNotConnectedToTheDeadRank) {
+  ASSERT_FALSE(is_setup_peer(0, 3, 8));
+  auto exits = testing::run_ranks(
+      8,
+      [&](const RankContext& ctx) {
+        auto m = connect(ctx, tcp_options());
+        if (ctx.rank == 3) {
+          std::vector<std::string> posted;
+          for (int p = 0; p < 8; ++p)
+            if (p != 3) posted.push_back("posted/" + std::to_string(p));
+          m.store->wait(posted, deadline_in(30s));  // every other rank is waiting now
+          ::raise(SIGKILL);
+        }
+        // Every rank waits for its ring successor, which never sends.
+        std::vector<std::uint8_t> buf(8);
+        Request r = Request::make_recv((ctx.rank + 1) % 8, 1, buf.data(), buf.size());
+        m.mesh->post(r);
+        m.store->set("posted/" + std::to_string(ctx.rank), "1");
+        const Error e = expect_error([&] { m.mesh->wait(r, deadline_in(20s)); });
+        EXPECT_EQ(e.code(), ErrorCode::PeerLost) << "rank " << ctx.rank << ": " << e.what();
+        EXPECT_NE(e.message().find("rank 3"), std::string::npos) << e.what();
+        // The meshes stay open (a closing mesh says why to every peer anyway) until rank 0
+        // has heard.
+        if (ctx.rank == 0) m.store->set("heard", "1");
+        m.store->get("heard", deadline_in(30s));
+      },
+      run_options(unique_run_id("relay")));
+  for (const auto& e : exits) {
+    if (e.rank != 3) {
+      EXPECT_TRUE(e.ok()) << testing::describe(e);
+    }
+  }
+}
+
 // A peer alive but never inside a mesh call cannot answer: the first message to it times out
 // at its deadline, and the error says the connection is what is missing.
 TEST(OnDemand, AFrozenPeerTimesOutNamingTheMissingConnection) {
