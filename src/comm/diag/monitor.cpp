@@ -181,7 +181,7 @@ void Monitor::run(const ProgressRecord& published) {
       published_entered = mine.entered;
       published_done = mine.done;
     }
-    if (mine.inside()) probe_mismatch(mine);
+    if (mine.inside() && reads_every_record()) probe_mismatch(mine);
     if (stall_warn_.count() > 0 && mine.inside() && mine.entered != warned_) {
       if (age() >= stall_warn_) {
         warned_ = mine.entered;
@@ -215,6 +215,7 @@ std::optional<std::string> Monitor::diagnose_failure(Deadline deadline) {
 }
 
 std::optional<std::string> Monitor::diagnose_now(Deadline deadline) {
+  if (!reads_every_record()) return std::nullopt;
   try {
     std::vector<std::string> keys;
     for (int r = 0; r < size_; ++r) keys.push_back(flight_key(r));
@@ -274,8 +275,11 @@ void Monitor::probe_mismatch(const ProgressRecord& mine) {
 }
 
 void Monitor::report_stall(const ProgressRecord& mine) {
-  const auto records = read_records(mine, deadline_in(std::chrono::seconds(5)));
-  std::string what = diagnose(records).value_or("no rank reported being inside it");
+  std::string what = "ranks 0 and 1 say which ranks are missing";
+  if (reads_every_record()) {
+    const auto records = read_records(mine, deadline_in(std::chrono::seconds(5)));
+    what = diagnose(records).value_or("no rank reported being inside it");
+  }
   // diagnose() names the collective first; this line already has.
   if (const std::string head = mine.current() + ": "; what.starts_with(head))
     what.erase(0, head.size());

@@ -49,6 +49,11 @@ class Monitor : public std::enable_shared_from_this<Monitor> {
   /// A collective that runs this long makes the monitor compare the ranks' calls (then after
   /// twice as long, and so on).
   static constexpr auto kFirstProbe = std::chrono::seconds(1);
+  /// Up to this many ranks every rank reads every rank's record to compare calls, report a
+  /// stall or explain a failure. Beyond, ranks 0 and 1 only (N reads each instead of N^2 in
+  /// all): a mismatch they find poisons their communicator, and the abort reaches every rank.
+  static constexpr int kEveryRankReadsUpTo = 64;
+  bool reads_every_record() const noexcept { return size_ <= kEveryRankReadsUpTo || rank_ < 2; }
 
   /// Use start().
   Monitor(std::shared_ptr<store::Store> store, int rank, int size, std::string name,
