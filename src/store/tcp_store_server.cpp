@@ -18,6 +18,7 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <thread>
+#include <time.h>
 #include <unistd.h>
 
 namespace tandem::store {
@@ -84,6 +85,8 @@ struct TcpStoreServer::Impl {
   std::atomic<std::size_t> rejected{0};
 
   // Owned by the server thread from here on.
+  std::uint64_t requests = 0;  // frames handled, HELLOs included
+  std::uint64_t accepted = 0;  // connections accepted
   std::map<std::uint64_t, Conn> conns;
   std::uint64_t next_id = 2;
   KvState state;
@@ -140,6 +143,15 @@ struct TcpStoreServer::Impl {
       TANDEM_WARN(store, "store server on port {} stopped: {}", port, e.what());
       listen_fd.reset();  // new clients are refused at once instead of waiting for a HELLO reply
     }
+    timespec cpu{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
+    const double cpu_ms =
+        static_cast<double>(cpu.tv_sec) * 1e3 + static_cast<double>(cpu.tv_nsec) / 1e6;
+    TANDEM_INFO(store,
+                "store server on port {}: {} requests from {} connections; its thread used {:.1f} "
+                "ms of CPU ({:.1f} us per request)",
+                port, requests, accepted, cpu_ms,
+                requests == 0 ? 0.0 : cpu_ms * 1e3 / static_cast<double>(requests));
     conns.clear();
     connections = 0;
   }
@@ -258,6 +270,7 @@ struct TcpStoreServer::Impl {
       TANDEM_DETAIL(store, "store server: connection from {}", c.peer);
       conns.emplace(id, std::move(c));
       connections = conns.size();
+      ++accepted;
     }
   }
 
@@ -368,6 +381,7 @@ struct TcpStoreServer::Impl {
   }
 
   bool handle(std::uint64_t id, Conn& c, proto::Message&& m) {
+    ++requests;
     if (!c.authed) {
       if (m.type != proto::Type::hello) {
         reject(id, ErrorCode::Unauthenticated,

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <set>
 #include <string_view>
+#include <sys/resource.h>
 #include <system_error>
 #include <unistd.h>
 
@@ -100,6 +101,21 @@ Session::Session(const LaunchOptions& options, StoreRole role,
 
 Session::~Session() = default;
 
+void raise_fd_limit(std::size_t want) {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= want) return;
+  const rlim_t before = lim.rlim_cur;
+  lim.rlim_cur = std::min<rlim_t>(lim.rlim_max, want);
+  if (::setrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur < want) {
+    TANDEM_WARN(run,
+                "tandemrun: the store may serve {} connections, but the open-file limit is {} "
+                "(hard limit {}): raise it (ulimit -n) for a job of this size",
+                want, lim.rlim_cur, lim.rlim_max);
+    return;
+  }
+  TANDEM_DETAIL(run, "tandemrun: open-file limit raised from {} to {}", before, lim.rlim_cur);
+}
+
 void Session::start_server(bool must) {
   // Binding here (port 0 = the kernel picks) and handing the listening socket to the server
   // reserves the port without a window in which another process could take it.
@@ -117,6 +133,11 @@ void Session::start_server(bool must) {
   so.bind_address = options_.master_addr;
   so.port = port_;
   so.token = token_;
+  // A connection per rank and per node, whatever the world's size.
+  const std::size_t world = static_cast<std::size_t>(std::max(options_.nproc_per_node, 1)) *
+                            static_cast<std::size_t>(std::max(options_.max_nodes, 1));
+  so.max_connections = std::max(so.max_connections, 2 * world + 64);
+  raise_fd_limit(so.max_connections + 64);
   server_ = std::make_unique<store::TcpStoreServer>(listener.release(), so);  // adopts the fd
   TANDEM_INFO(run, "tandemrun: hosting the rendezvous store at {}", store_address());
 }

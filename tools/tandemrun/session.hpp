@@ -42,6 +42,10 @@ struct Keys {
   std::string over_seen(std::int64_t n) const;
 };
 
+/// Raises this process's soft limit of open files to `want` (at most the hard limit), which its
+/// workers inherit; warns when the hard limit is lower.
+void raise_fd_limit(std::size_t want);
+
 /// Whether this tandemrun hosts the store: yes, no, or "if it can bind --master-addr" (a
 /// multi-node run without --node-rank, where the host of --master-addr is node 0).
 enum class StoreRole { host, client, try_host };

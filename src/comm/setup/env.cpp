@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <optional>
@@ -157,6 +158,7 @@ std::shared_ptr<Communicator> Communicator::from_env(CommOptions options) {
     so.bind_address = addr;
     so.port = port;
     so.token = token;
+    so.max_connections = std::max(so.max_connections, 2 * static_cast<std::size_t>(size) + 64);
     try {
       server = std::make_unique<store::TcpStoreServer>(so);
     } catch (const Error& e) {
