@@ -44,7 +44,7 @@ start=$(date +%s.%N)
 pids=()
 for i in $(seq 0 $((HOSTS - 1))); do
   ip netns exec "$(ns "$i")" env TANDEM_STORE_TOKEN=scale-bench TANDEM_DEBUG=INFO \
-    TANDEM_DEBUG_SUBSYS=INIT "$BUILD_DIR/bin/tandemrun" --nnodes "$HOSTS" --node-rank "$i" \
+    TANDEM_DEBUG_SUBSYS=INIT,STORE "$BUILD_DIR/bin/tandemrun" --nnodes "$HOSTS" --node-rank "$i" \
     --master-addr 10.216.0.1 --master-port "$PORT" --nproc-per-node "$RANKS" \
     "$BUILD_DIR/bin/tandem-perf" -c allreduce "${perf_args[@]}" \
     >"$OUT/node$i.log" 2>&1 &
@@ -54,7 +54,7 @@ rc=0
 for p in "${pids[@]}"; do wait "$p" || rc=1; done
 end=$(date +%s.%N)
 [ "$rc" -eq 0 ] || { echo "hosts.sh: a node failed; see $OUT/node*.log" >&2; exit 1; }
-IFS=$'\t' read -r setup reqs conns memory < <(python3 "$here/info_lines.py" "$OUT"/node*.log)
+IFS=$'\t' read -r setup reqs conns memory server < <(python3 "$here/info_lines.py" "$OUT"/node*.log)
 p50() {  # node 0's p50 at $1 bytes
   sed -E 's/^\[rank 0\]: *//' "$OUT/node0.log" | awk -v b="$1" '$1 == b && NF > 7 {print $7}'
 }

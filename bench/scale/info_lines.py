@@ -4,9 +4,11 @@
     python3 bench/scale/info_lines.py LOG...
 
 prints one line of the slowest or largest value over the ranks, tab-separated:
-    setup_ms  store_requests  connections  memory
-where connections counts a control connection per peer plus its data streams over tcp, and
-memory is "R MiB (S MiB)": resident, and of it shared memory. "?" where no rank logged it.
+    setup_ms  store_requests  connections  memory  store_server
+where connections counts a control connection per peer plus its data streams over tcp (those
+made at setup), memory is "R MiB (S MiB)": resident, and of it shared memory, and store_server
+is "N requests, C us CPU each" from the store server's last line (TANDEM_DEBUG_SUBSYS with
+STORE). "?" where no rank logged it.
 """
 import re
 import sys
@@ -21,6 +23,8 @@ def figures(text):
         shm = len([x for x in m.group(1).split(",") if x])
         tcp = len([x for x in m.group(2).split(",") if x])
         conns.append(shm + tcp * (1 + int(m.group(3))))
+    server = re.findall(r"store server on port [0-9]+: ([0-9]+) requests from [0-9]+ connections; "
+                        r"its thread used [0-9.]+ ms of CPU \(([0-9.]+) us per request\)", text)
     mem = [(float(a), float(b)) for a, b in re.findall(
         r"process memory ([0-9.]+) MiB resident \(([0-9.]+) MiB of it shared memory\)", text)]
     return [
@@ -28,6 +32,7 @@ def figures(text):
         str(max(reqs)) if reqs else "?",
         str(max(conns)) if conns else "?",
         f"{max(a for a, _ in mem):.1f} MiB ({max(b for _, b in mem):.1f} MiB)" if mem else "?",
+        f"{server[-1][0]} requests, {server[-1][1]} us CPU each" if server else "?",
     ]
 
 
