@@ -1,6 +1,8 @@
 // Every collective over the real transports (shm, and tcp with TANDEM_SHM_DISABLE=1), 2 to 5
-// ranks: one forked group per configuration runs the whole sweep (forking is the expensive
-// part), and the ranks compare a hash of their shared outputs at the end.
+// ranks, and over tcp at 6 and 9 ranks, where some peers are not connected at setup and every
+// algorithm that needs them connects them at its first message: one forked group per
+// configuration runs the whole sweep (forking is the expensive part), and the ranks compare a
+// hash of their shared outputs at the end.
 
 #include "mp_util.hpp"
 #include "sweep.hpp"
@@ -69,6 +71,11 @@ TEST_P(Collectives, MatchReferenceOnEveryRank) {
 INSTANTIATE_TEST_SUITE_P(RealTransports, Collectives,
                          ::testing::Combine(::testing::Values("shm", "tcp"),
                                             ::testing::Values(2, 3, 4, 5)),
+                         config_name);
+
+// 6 ranks: each rank's setup peers are 4 of its 5 peers; 9 ranks: 6 of 8 (transport/exchange.hpp).
+INSTANTIATE_TEST_SUITE_P(OnDemand, Collectives,
+                         ::testing::Combine(::testing::Values("tcp"), ::testing::Values(6, 9)),
                          config_name);
 
 #if TANDEM_HAVE_UCX
