@@ -15,8 +15,8 @@ namespace tandem::transport {
 
 namespace testing {
 /// Called at each named step of connect_mesh ("start", "published addresses", "gathered
-/// addresses", "connected"), so that tests can kill a rank at an exact point of setup. Null
-/// outside tests.
+/// addresses", "connected setup peers", "exchanged records", "connected"), so that tests can
+/// kill a rank at an exact point of setup. Null outside tests.
 inline void (*setup_step_hook)(std::string_view step) = nullptr;
 inline void setup_step(std::string_view step) {
   if (setup_step_hook != nullptr) setup_step_hook(step);

@@ -101,7 +101,8 @@ TEST_P(KilledDuringSetup, SurvivorsFailWithPeerLost) {
 std::vector<SetupCase> setup_cases() {
   std::vector<SetupCase> cases;
   for (const char* t : {"shm", "tcp"})
-    for (const char* s : {"start", "published addresses", "gathered addresses", "connected"})
+    for (const char* s : {"start", "published addresses", "gathered addresses",
+                          "connected setup peers", "exchanged records", "connected"})
       cases.push_back({t, s});
   cases.push_back({"shm", "published shared-memory segment names"});
   cases.push_back({"shm", "gathered shared-memory segment names"});
