@@ -108,8 +108,9 @@ void raise_fd_limit(std::size_t want) {
   lim.rlim_cur = std::min<rlim_t>(lim.rlim_max, want);
   if (::setrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur < want) {
     TANDEM_WARN(run,
-                "tandemrun: the store may serve {} connections, but the open-file limit is {} "
-                "(hard limit {}): raise it (ulimit -n) for a job of this size",
+                "tandemrun: a job of this size may need {} open files (the store's connections, "
+                "and a worker's to every peer it exchanges messages with), but the open-file "
+                "limit is {} (hard limit {}): raise it (ulimit -n)",
                 want, lim.rlim_cur, lim.rlim_max);
     return;
   }
@@ -137,7 +138,9 @@ void Session::start_server(bool must) {
   const std::size_t world = static_cast<std::size_t>(std::max(options_.nproc_per_node, 1)) *
                             static_cast<std::size_t>(std::max(options_.max_nodes, 1));
   so.max_connections = std::max(so.max_connections, 2 * world + 64);
-  raise_fd_limit(so.max_connections + 64);
+  // The workers inherit the limit: an all-to-all connects a rank to every peer (2 sockets
+  // each, more with TANDEM_SOCKETS_PER_PEER).
+  raise_fd_limit(4 * world + 256);
   server_ = std::make_unique<store::TcpStoreServer>(listener.release(), so);  // adopts the fd
   TANDEM_INFO(run, "tandemrun: hosting the rendezvous store at {}", store_address());
 }

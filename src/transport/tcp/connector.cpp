@@ -226,7 +226,13 @@ void Connector::start(Outgoing& o) {
   const auto& list = addresses_[static_cast<std::size_t>(o.peer)];
   const net::SockAddr& a = list[next_address_[static_cast<std::size_t>(o.peer)]++ % list.size()];
   net::Fd fd(::socket(a.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!fd) TANDEM_THROW(ErrorCode::Io, "cannot create a socket: {}", errno_text(errno));
+  if (!fd)
+    TANDEM_THROW(ErrorCode::Io, "rank {} cannot create a socket to connect to rank {}: {}{}", rank_,
+                 o.peer, errno_text(errno),
+                 errno == EMFILE || errno == ENFILE
+                     ? ". A rank holds 2 sockets per peer it exchanges messages with (all of "
+                       "them in an all-to-all): raise the open-file limit (ulimit -n)"
+                     : "");
   tune_socket(fd.get(), o.purpose != kControlPurpose, at(o.peer).target.same_host);
   o.hello = Hello{};
   o.hello.out = encode_hello(rank_, o.peer, size_, o.purpose, token_);
@@ -377,6 +383,12 @@ void Connector::accept_new() {
     socklen_t len = sizeof from;
     const int fd = ::accept4(listener_.get(), reinterpret_cast<sockaddr*>(&from), &len,
                              SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0 && (errno == EMFILE || errno == ENFILE))
+      TANDEM_THROW(ErrorCode::Io,
+                   "rank {} cannot accept a peer's connection: {}. A rank holds 2 sockets per "
+                   "peer it exchanges messages with (all of them in an all-to-all): raise the "
+                   "open-file limit (ulimit -n)",
+                   rank_, errno_text(errno));
     if (fd < 0) return;
     Incoming in;
     in.hello.fd = net::Fd(fd);
