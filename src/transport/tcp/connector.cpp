@@ -168,10 +168,6 @@ bool Connector::connecting(int peer) const noexcept {
   return ph != Phase::idle && ph != Phase::connected;
 }
 
-bool Connector::busy() const noexcept {
-  return !outgoing_.empty() || !incoming_.empty() || !awaiting_.empty();
-}
-
 std::vector<std::pair<int, PeerSockets>> Connector::take_connected() {
   std::vector<std::pair<int, PeerSockets>> out;
   for (int peer : ready_) out.emplace_back(peer, std::move(at(peer).sockets));

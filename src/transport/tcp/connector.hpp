@@ -99,8 +99,6 @@ class Connector {
 
   /// Whether a handshake with `peer` is under way (dialing it, or waiting for it to dial).
   bool connecting(int peer) const noexcept;
-  /// Whether anything is under way: a dial, or a peer's handshake not yet complete.
-  bool busy() const noexcept;
   /// Whether `peer` refused a connection (no listener: it exited or closed its mesh), set by
   /// dials once refusal_is_final() was called.
   bool refused(int peer) const noexcept { return at(peer).refused; }
@@ -113,7 +111,8 @@ class Connector {
   /// Connects `peers`: dials those above this rank, waits for those below to dial (as setup
   /// does on both sides). Returns their sockets in the order of `peers`. Throws
   /// Error(Timeout) at `deadline` naming the connections still missing and why;
-  /// `check_peers` as for Context::connect_all.
+  /// `check_peers` (when set) runs every kLivenessPoll meanwhile and throws when a rank is
+  /// gone.
   std::vector<PeerSockets> connect(std::span<const int> peers, Deadline deadline,
                                    const std::function<void()>& check_peers);
 

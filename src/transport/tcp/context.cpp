@@ -22,21 +22,6 @@ Context::Context(int rank, int size, std::string address, std::string token)
 
 Context::~Context() = default;
 
-std::vector<PeerSockets> Context::connect_all(const std::vector<Target>& targets, Deadline deadline,
-                                              const std::function<void()>& check_peers) {
-  std::vector<int> peers;
-  for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
-    connector_->set_target(p, targets[static_cast<std::size_t>(p)]);
-    peers.push_back(p);
-  }
-  auto got = connector_->connect(peers, deadline, check_peers);
-  std::vector<PeerSockets> sockets(static_cast<std::size_t>(size_));
-  for (std::size_t i = 0; i < peers.size(); ++i)
-    sockets[static_cast<std::size_t>(peers[i])] = std::move(got[i]);
-  return sockets;
-}
-
 std::unique_ptr<transport::Endpoint> Context::make_endpoint(int peer, std::vector<net::Fd> data,
                                                             PeerFailureHandler& failures) const {
   return std::make_unique<Endpoint>(peer, failures, std::move(data));

@@ -7,7 +7,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,13 +43,6 @@ class Context {
 
   /// The handshakes with every peer, at setup and after (tcp/connector.hpp).
   Connector& connector() noexcept { return *connector_; }
-
-  /// Connects to every rank of `targets` (self is ignored): the lower rank of each pair
-  /// dials. Throws Error(Timeout) at `deadline` naming the connections still missing.
-  /// `check_peers` (when set) runs every kLivenessPoll while connections are missing and
-  /// throws when a rank is gone.
-  std::vector<PeerSockets> connect_all(const std::vector<Target>& targets, Deadline deadline,
-                                       const std::function<void()>& check_peers = {});
 
   std::unique_ptr<transport::Endpoint> make_endpoint(int peer, std::vector<net::Fd> data,
                                                      PeerFailureHandler& failures) const;

@@ -6,6 +6,7 @@
 
 #include "mesh_test_util.hpp"
 #include "transport/shm/context.hpp"
+#include "transport/tcp/connector.hpp"
 #include "transport/tcp/context.hpp"
 #include "transport/tcp/wire.hpp"
 
@@ -370,9 +371,17 @@ TEST(TcpHandshake, StrangersAreTurnedAwayAndPeersConnect) {
     net::write_full(fd.get(), bytes.data(), bytes.size(), deadline_in(5s));
     strangers.push_back(std::move(fd));
   }
+  // Each rank connects to the other as setup does (rank 0 dials); s<r>[peer] is its socket set.
+  auto connect_to = [&](tcp::Context& c, int peer) {
+    c.connector().set_target(peer, targets[static_cast<std::size_t>(peer)]);
+    std::vector<tcp::PeerSockets> all(2);
+    all[static_cast<std::size_t>(peer)] =
+        std::move(c.connector().connect(std::vector<int>{peer}, deadline_in(20s), {})[0]);
+    return all;
+  };
   std::vector<tcp::PeerSockets> s0, s1;
-  std::thread t1([&] { s1 = c1.connect_all(targets, deadline_in(20s)); });
-  std::thread t0([&] { s0 = c0.connect_all(targets, deadline_in(20s)); });
+  std::thread t1([&] { s1 = connect_to(c1, 0); });
+  std::thread t0([&] { s0 = connect_to(c0, 1); });
   t0.join();
   t1.join();
   EXPECT_EQ(c1.rejected(), 2u);
