@@ -30,18 +30,22 @@ def keys(*ks):
     return struct.pack("<I", len(ks)) + b"".join(b(k) for k in ks)
 
 
+VERSION = 2  # store/protocol.hpp kVersion
+
+
 def frame(t, payload):
-    return struct.pack("<IBBHI", 0x53444E54, 1, t, 0, len(payload)) + payload
+    return struct.pack("<IBBHI", 0x53444E54, VERSION, t, 0, len(payload)) + payload
 
 
-HELLO, SET, GET, ADD, CAS, WAIT, CHECK, DELETE, NUM_KEYS, ON_DISCONNECT = range(1, 11)
+(HELLO, SET, GET, ADD, CAS, WAIT, CHECK, DELETE, NUM_KEYS, ON_DISCONNECT, MULTI_GET,
+ MULTI_GET_OR_STOP) = range(1, 13)
 
 
 def on(conn, f):
     return bytes([conn]) + f
 
 
-hello = frame(HELLO, i64(1) + b(""))
+hello = frame(HELLO, i64(VERSION) + b(""))
 write("fuzz_store_protocol", "set_get",
       on(0, hello) + on(0, frame(SET, b("a") + b("1"))) + on(0, frame(GET, b("a") + i64(-1))))
 write("fuzz_store_protocol", "wait_then_set",
@@ -49,12 +53,21 @@ write("fuzz_store_protocol", "wait_then_set",
       on(0, frame(SET, b("x") + b("v"))) + on(0, frame(SET, b("y") + b("w"))) +
       on(1, frame(CHECK, keys("x", "y", "z"))))
 write("fuzz_store_protocol", "counters",
-      on(2, frame(HELLO, i64(1) + b("token"))) + on(2, frame(ADD, b("n") + i64(5))) +
+      on(2, frame(HELLO, i64(VERSION) + b("token"))) + on(2, frame(ADD, b("n") + i64(5))) +
       on(2, frame(ADD, b("n") + i64(-7))) + on(2, frame(CAS, b("n") + b("-2") + b("x"))) +
       on(2, frame(NUM_KEYS, b(""))) + on(2, frame(DELETE, b("n"))))
 write("fuzz_store_protocol", "get_timeout",
       on(0, hello) + on(0, frame(GET, b("missing") + i64(10))) + on(0x40, frame(NUM_KEYS, b("m"))) +
       on(0, frame(ON_DISCONNECT, b("dead/0") + b("1"))) + on(0x80, b""))
+# Two ranks wait for keys or the lost-rank key; the third registers it and disconnects.
+write("fuzz_store_protocol", "or_stop",
+      on(0, hello) + on(1, hello) + on(2, hello) +
+      on(0, frame(ON_DISCONNECT, b("lost") + b("rank 0"))) +
+      on(1, frame(MULTI_GET_OR_STOP, i64(1000) + b("lost") + keys("a", "b"))) +
+      on(2, frame(MULTI_GET_OR_STOP, i64(-1) + b("lost") + keys("b", "lost"))) +
+      on(0, frame(SET, b("a") + b("1"))) + on(0x80, b"") +
+      on(1, frame(MULTI_GET, i64(0) + keys("a"))) +
+      on(1, frame(MULTI_GET_OR_STOP, i64(0) + b("") + keys("a"))))
 
 # ---- handshake: (who byte) then a HELLO, or then an address record ------------------------
 def tcp_hello(frm, to, world, purpose, token):

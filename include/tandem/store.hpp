@@ -9,12 +9,19 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace tandem::store {
+
+/// What Store::multi_get_or_stop() found first.
+struct KeysOrStop {
+  std::vector<std::string> values;  ///< every key's value, in the order asked; empty when stopped
+  std::optional<std::string> stop;  ///< the stop key's value, when it was there first
+};
 
 /// Abstract store. Every blocking call has a deadline; when no deadline is given the
 /// store's default timeout (see timeout()) applies. Implementations are thread-safe.
@@ -41,6 +48,15 @@ class Store {
   /// rank's key makes ceil(n / 4096) requests, not n. Error(Timeout) naming the missing keys
   /// at `deadline`.
   virtual std::vector<std::string> multi_get(std::span<const std::string> keys, Deadline deadline);
+  /// multi_get() that ends as soon as `stop_key` is set, returning its value instead: how a rank
+  /// waits for the others' keys and still hears at once that one of them was lost (the key an
+  /// ON_DISCONNECT sets). When every key and the stop key are there, the values win. An empty
+  /// `stop_key` makes it multi_get(). TcpStore and HashStore answer it as one wait however long
+  /// it takes (TcpStore: one request per 4096 keys); the default alternates multi_get() slices
+  /// of at most `poll` with a check() of the stop key. Error(Timeout) naming the missing keys
+  /// at `deadline`.
+  virtual KeysOrStop multi_get_or_stop(std::span<const std::string> keys, std::string_view stop_key,
+                                       Deadline deadline, std::chrono::milliseconds poll);
   /// Removes `key`; true if it existed.
   virtual bool delete_key(std::string_view key) = 0;
   /// Number of keys in the store (under this store's prefix for a PrefixStore).
@@ -102,6 +118,8 @@ class TcpStore final : public Store {
                           std::string_view desired) override;
   void wait(std::span<const std::string> keys, Deadline deadline) override;
   std::vector<std::string> multi_get(std::span<const std::string> keys, Deadline deadline) override;
+  KeysOrStop multi_get_or_stop(std::span<const std::string> keys, std::string_view stop_key,
+                               Deadline deadline, std::chrono::milliseconds poll) override;
   std::uint64_t requests() const noexcept override;
   bool check(std::span<const std::string> keys) override;
   bool delete_key(std::string_view key) override;
@@ -201,6 +219,9 @@ class PrefixStore final : public Store {
                           std::string_view desired) override;
   void wait(std::span<const std::string> keys, Deadline deadline) override;
   std::vector<std::string> multi_get(std::span<const std::string> keys, Deadline deadline) override;
+  /// Both the keys and `stop_key` are under this prefix.
+  KeysOrStop multi_get_or_stop(std::span<const std::string> keys, std::string_view stop_key,
+                               Deadline deadline, std::chrono::milliseconds poll) override;
   std::uint64_t requests() const noexcept override;
   bool check(std::span<const std::string> keys) override;
   bool delete_key(std::string_view key) override;
@@ -213,9 +234,11 @@ class PrefixStore final : public Store {
 
   const std::string& prefix() const noexcept { return prefix_; }
   const std::shared_ptr<Store>& base() const noexcept { return base_; }
+  /// The key `k` of this store as base() names it: "<prefix>/<k>".
+  std::string base_key(std::string_view k) const;
 
  private:
-  std::string key(std::string_view k) const;
+  std::vector<std::string> base_keys(std::span<const std::string> keys) const;
   std::string prefix_;
   std::shared_ptr<Store> base_;
 };
@@ -231,6 +254,8 @@ class HashStore final : public Store {
   std::string compare_set(std::string_view key, std::string_view expected,
                           std::string_view desired) override;
   void wait(std::span<const std::string> keys, Deadline deadline) override;
+  KeysOrStop multi_get_or_stop(std::span<const std::string> keys, std::string_view stop_key,
+                               Deadline deadline, std::chrono::milliseconds poll) override;
   bool check(std::span<const std::string> keys) override;
   bool delete_key(std::string_view key) override;
   std::int64_t num_keys() override;

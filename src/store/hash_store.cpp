@@ -112,6 +112,35 @@ void HashStore::wait(std::span<const std::string> keys, Deadline deadline) {
   if (!miss.empty()) throw_wait_timeout("HashStore wait", miss, Clock::now() - start);
 }
 
+KeysOrStop HashStore::multi_get_or_stop(std::span<const std::string> keys,
+                                        std::string_view stop_key, Deadline deadline,
+                                        std::chrono::milliseconds /*poll*/) {
+  check_key_count(keys.size());
+  for (const auto& k : keys) check_key(k);
+  check_key(stop_key);
+  const auto start = Clock::now();
+  KeysOrStop out;
+  const std::string stop(stop_key);
+  std::unique_lock lock(impl_->mu);
+  for (bool timed_out = false;;) {
+    if (impl_->missing(keys).empty()) {
+      out.values.reserve(keys.size());
+      for (const auto& k : keys) out.values.push_back(impl_->map.at(k));
+      return out;
+    }
+    if (auto it = impl_->map.find(stop); !stop.empty() && it != impl_->map.end()) {
+      out.stop = it->second;
+      return out;
+    }
+    if (timed_out)
+      throw_wait_timeout("HashStore multi_get_or_stop", impl_->missing(keys), Clock::now() - start);
+    if (deadline == Deadline::max())
+      impl_->changed.wait(lock);
+    else
+      timed_out = impl_->changed.wait_until(lock, deadline) == std::cv_status::timeout;
+  }
+}
+
 bool HashStore::check(std::span<const std::string> keys) {
   check_key_count(keys.size());
   std::lock_guard lock(impl_->mu);

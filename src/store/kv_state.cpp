@@ -74,12 +74,18 @@ void KvState::unregister(std::uint64_t conn, const Waiter& w) {
     std::erase(it->second, conn);
     if (it->second.empty()) waiting_on_.erase(it);
   }
+  if (!w.stop_key.empty()) {
+    if (auto it = waiting_on_.find(w.stop_key); it != waiting_on_.end()) {
+      std::erase(it->second, conn);
+      if (it->second.empty()) waiting_on_.erase(it);
+    }
+  }
   deadlines_.erase({w.deadline, conn});
 }
 
 proto::Message KvState::completion(const Waiter& w) const {
   if (w.type == proto::Type::get) return value_reply(*find(w.keys[0]));
-  if (w.type == proto::Type::multi_get) {
+  if (w.type == proto::Type::multi_get || w.type == proto::Type::multi_get_or_stop) {
     // One reply frame must fit a client's payload limit: refuse a read that would not.
     std::size_t bytes = 0;
     for (const auto& k : w.keys) bytes += find(k)->size() + 4;
@@ -100,8 +106,9 @@ proto::Message KvState::completion(const Waiter& w) const {
   return reply(proto::Type::ok);
 }
 
-// A key was written: complete every waiter that now has all of its keys; the others stay
-// registered on whatever is still missing (a key may have been deleted since they began).
+// A key was written: complete every waiter that now has all of its keys, or whose stop key it
+// is; the others stay registered on whatever is still missing (a key may have been deleted
+// since they began).
 void KvState::wrote(const std::string& key) {
   auto it = waiting_on_.find(key);
   if (it == waiting_on_.end()) return;
@@ -109,7 +116,14 @@ void KvState::wrote(const std::string& key) {
   waiting_on_.erase(it);
   for (std::uint64_t conn : conns) {
     auto w = waiters_.find(conn);
-    if (w == waiters_.end()) continue;
+    if (w == waiters_.end()) continue;  // done already (a conn listed twice: stop key and key)
+    if (!w->second.stop_key.empty() && w->second.stop_key == key) {
+      const bool complete = missing(w->second.keys).empty();  // the values win
+      ready_.emplace_back(conn, complete ? completion(w->second) : value_reply(*find(key)));
+      unregister(conn, w->second);
+      waiters_.erase(w);
+      continue;
+    }
     if (w->second.pending > 0 && --w->second.pending > 0) continue;
     if (missing(w->second.keys).empty()) {
       ready_.emplace_back(conn, completion(w->second));
@@ -152,7 +166,8 @@ KvState::Outcome KvState::handle(std::uint64_t conn, proto::Message&& req) {
       }
       case Type::get:
       case Type::wait:
-      case Type::multi_get: {
+      case Type::multi_get:
+      case Type::multi_get_or_stop: {
         if (req.number < -1)
           return violation(fmt::format("{} with timeout_ms {} (must be >= -1)",
                                        proto::type_name(static_cast<std::uint8_t>(req.type)),
@@ -163,6 +178,11 @@ KvState::Outcome KvState::handle(std::uint64_t conn, proto::Message&& req) {
         w.type = req.type;
         w.keys = std::move(req.keys);
         if (missing(w.keys).empty()) return immediate(completion(w));
+        if (req.type == Type::multi_get_or_stop && !req.value.empty()) {
+          if (const std::string* stop = find(req.value)) return immediate(value_reply(*stop));
+          w.stop_key = std::move(req.value);
+          waiting_on_[w.stop_key].push_back(conn);
+        }
         w.deadline = deadline_after_ms(req.number);
         register_on_missing(conn, w);
         deadlines_.emplace(w.deadline, conn);

@@ -28,8 +28,8 @@ class KvState {
   /// A reply for a connection whose GET/WAIT finished (satisfied or timed out).
   using Delivery = std::pair<std::uint64_t, proto::Message>;
 
-  /// Handles one request of an authenticated connection. GET/WAIT/MULTI_GET on missing keys
-  /// register a waiter (at most one per connection) and return Kind::waiting.
+  /// Handles one request of an authenticated connection. GET/WAIT/MULTI_GET(_OR_STOP) on
+  /// missing keys register a waiter (at most one per connection) and return Kind::waiting.
   Outcome handle(std::uint64_t conn, proto::Message&& request);
 
   /// Replies for waiters completed by the mutations since the last call.
@@ -55,6 +55,8 @@ class KvState {
   struct Waiter {
     proto::Type type = proto::Type::wait;
     std::vector<std::string> keys;
+    /// MULTI_GET_OR_STOP: writing this key ends the wait with its value (empty: none).
+    std::string stop_key;
     Deadline deadline = Deadline::max();
     /// Keys it is registered on (waiting_on_) that have not been written since: only when
     /// none is left are all its keys looked up again, so that n waiters on n keys cost O(n^2)
@@ -64,7 +66,8 @@ class KvState {
 
   const std::string* find(const std::string& key) const;
   std::vector<std::string> missing(const std::vector<std::string>& keys) const;
-  /// Registers `w` on each of its keys that is missing and sets w.pending to their number.
+  /// Registers `w` on each of its keys that is missing and sets w.pending to their number (its
+  /// stop key is registered once, by handle(), and not counted).
   void register_on_missing(std::uint64_t conn, Waiter& w);
   void unregister(std::uint64_t conn, const Waiter& w);
   void wrote(const std::string& key);

@@ -17,6 +17,7 @@ std::span<const Field> schema(Type t) noexcept {
   static constexpr Field kKeyNumber[] = {Field::key, Field::number};
   static constexpr Field kCas[] = {Field::key, Field::value, Field::value2};
   static constexpr Field kWait[] = {Field::number, Field::keys};
+  static constexpr Field kWaitOrStop[] = {Field::number, Field::value, Field::keys};
   static constexpr Field kKeys[] = {Field::keys};
   static constexpr Field kValues[] = {Field::values};
   static constexpr Field kKey[] = {Field::key};
@@ -37,6 +38,8 @@ std::span<const Field> schema(Type t) noexcept {
     case Type::wait:
     case Type::multi_get:
       return kWait;
+    case Type::multi_get_or_stop:
+      return kWaitOrStop;
     case Type::values:
       return kValues;
     case Type::check:
@@ -60,7 +63,7 @@ std::span<const Field> schema(Type t) noexcept {
 
 bool known_type(std::uint8_t t) noexcept {
   return (t >= static_cast<std::uint8_t>(Type::hello) &&
-          t <= static_cast<std::uint8_t>(Type::multi_get)) ||
+          t <= static_cast<std::uint8_t>(Type::multi_get_or_stop)) ||
          (t >= static_cast<std::uint8_t>(Type::ok) && t <= static_cast<std::uint8_t>(Type::values));
 }
 
@@ -134,6 +137,7 @@ std::size_t value_limit(Type t, const Limits& limits) noexcept {
     case Type::hello:
       return kMaxTokenBytes;
     case Type::num_keys:
+    case Type::multi_get_or_stop:
       return limits.max_key_bytes;
     case Type::error:
       return kMaxMessageBytes;
@@ -168,6 +172,8 @@ std::string type_name(std::uint8_t type) {
       return "ON_DISCONNECT";
     case Type::multi_get:
       return "MULTI_GET";
+    case Type::multi_get_or_stop:
+      return "MULTI_GET_OR_STOP";
     case Type::values:
       return "VALUES";
     case Type::ok:
@@ -188,12 +194,13 @@ std::string type_name(std::uint8_t type) {
 
 bool is_request(Type t) noexcept {
   return static_cast<std::uint8_t>(t) >= static_cast<std::uint8_t>(Type::hello) &&
-         static_cast<std::uint8_t>(t) <= static_cast<std::uint8_t>(Type::multi_get);
+         static_cast<std::uint8_t>(t) <= static_cast<std::uint8_t>(Type::multi_get_or_stop);
 }
 
 std::size_t Limits::max_payload() const noexcept {
   const std::size_t cas = (2 * max_value_bytes) + max_key_bytes + std::size_t{12};
-  const std::size_t list = max_keys * (max_key_bytes + 4) + 8 + 4;
+  // timeout, stop key (MULTI_GET_OR_STOP), count, keys
+  const std::size_t list = 8 + (max_key_bytes + 4) + 4 + (max_keys * (max_key_bytes + 4));
   return std::min<std::size_t>(std::max(cas, list), 0xffffffffu);
 }
 

@@ -20,7 +20,7 @@
 namespace tandem::store::proto {
 
 inline constexpr std::uint32_t kMagic = 0x53444e54;  // "TNDS" on the wire
-inline constexpr std::uint8_t kVersion = 1;
+inline constexpr std::uint8_t kVersion = 2;
 inline constexpr std::size_t kHeaderBytes = 12;
 inline constexpr std::size_t kMaxTokenBytes = 1024;
 inline constexpr std::size_t kMaxMessageBytes = std::size_t{64} << 10;  // ERROR text
@@ -38,6 +38,9 @@ enum class Type : std::uint8_t {
   num_keys = 9,        // bytes prefix ("" = all)              -> integer
   on_disconnect = 10,  // bytes key, bytes value ("" cancels) -> ok
   multi_get = 11,      // i64 timeout_ms, count + keys         -> values | timeout
+  // i64 timeout_ms, bytes stop_key, count + keys -> values | value (the stop key's, when it is
+  // set before the keys are) | timeout
+  multi_get_or_stop = 12,
   // Responses (server -> client).
   ok = 64,       // (no fields)
   value = 65,    // bytes value
@@ -56,7 +59,7 @@ bool is_request(Type t) noexcept;
 struct Message {
   Type type = Type::ok;
   std::vector<std::string> keys;  ///< key (keys[0]) or key list; a VALUES reply's values
-  std::string value;              ///< value, expected, token, prefix, error text
+  std::string value;              ///< value, expected, token, prefix, stop key, error text
   std::string value2;             ///< desired (compare_set)
   std::int64_t number = 0;        ///< delta, timeout_ms, integer/boolean result, version, code
 
@@ -69,7 +72,7 @@ struct Limits {
   std::size_t max_key_bytes = 4096;
   std::size_t max_keys = 4096;
   /// Largest payload accepted: room for a compare_set of two maximal values, or a key list
-  /// of max_keys maximal keys, whichever is larger.
+  /// of max_keys maximal keys and a stop key, whichever is larger.
   std::size_t max_payload() const noexcept;
 };
 

@@ -127,8 +127,10 @@ struct TcpStore::Impl {
     if (reply.type == expect) return reply;
     if (reply.type == proto::Type::timeout &&
         (req.type == proto::Type::get || req.type == proto::Type::wait ||
-         req.type == proto::Type::multi_get))
+         req.type == proto::Type::multi_get || req.type == proto::Type::multi_get_or_stop))
       return reply;
+    if (reply.type == proto::Type::value && req.type == proto::Type::multi_get_or_stop)
+      return reply;  // the stop key's value
     fail(ErrorCode::Io,
          fmt::format("store at {} answered {} with {} (expected {}): protocol error", where, what,
                      proto::type_name(static_cast<std::uint8_t>(reply.type)),
@@ -241,27 +243,42 @@ void TcpStore::wait(std::span<const std::string> keys, Deadline deadline) {
 }
 
 std::vector<std::string> TcpStore::multi_get(std::span<const std::string> keys, Deadline deadline) {
+  return std::move(multi_get_or_stop(keys, {}, deadline, {}).values);
+}
+
+KeysOrStop TcpStore::multi_get_or_stop(std::span<const std::string> keys, std::string_view stop_key,
+                                       Deadline deadline, std::chrono::milliseconds /*poll*/) {
   for (const auto& k : keys) check_key(k);
+  check_key(stop_key);
+  const bool stops = !stop_key.empty();
+  const char* name = stops ? "MULTI_GET_OR_STOP" : "MULTI_GET";
   const auto start = Clock::now();
-  std::vector<std::string> values;
-  values.reserve(keys.size());
+  KeysOrStop out;
+  out.values.reserve(keys.size());
   // One round trip per kMaxKeys keys (the server's limit on a key list).
   for (std::size_t first = 0; first < keys.size(); first += proto::Limits{}.max_keys) {
     const auto part = keys.subspan(first, std::min(proto::Limits{}.max_keys, keys.size() - first));
-    auto m = request(proto::Type::multi_get);
+    auto m = request(stops ? proto::Type::multi_get_or_stop : proto::Type::multi_get);
     m.keys.assign(part.begin(), part.end());
+    m.value = stop_key;
     m.number = timeout_ms(deadline);
-    auto reply = impl_->call(m, plus_margin(deadline), proto::Type::values, "MULTI_GET");
+    auto reply = impl_->call(m, plus_margin(deadline), proto::Type::values, name);
     if (reply.type == proto::Type::timeout)
-      throw_wait_timeout(fmt::format("store at {}: multi_get", impl_->where), reply.keys,
-                         Clock::now() - start);
+      throw_wait_timeout(
+          fmt::format("store at {}: {}", impl_->where, stops ? "multi_get_or_stop" : "multi_get"),
+          reply.keys, Clock::now() - start);
+    if (reply.type == proto::Type::value) {
+      out.values.clear();
+      out.stop = std::move(reply.value);
+      return out;
+    }
     if (reply.keys.size() != part.size())
-      impl_->fail(ErrorCode::Io, fmt::format("store at {} answered MULTI_GET of {} keys with {} "
+      impl_->fail(ErrorCode::Io, fmt::format("store at {} answered {} of {} keys with {} "
                                              "values: protocol error",
-                                             impl_->where, part.size(), reply.keys.size()));
-    for (auto& v : reply.keys) values.push_back(std::move(v));
+                                             impl_->where, name, part.size(), reply.keys.size()));
+    for (auto& v : reply.keys) out.values.push_back(std::move(v));
   }
-  return values;
+  return out;
 }
 
 std::uint64_t TcpStore::requests() const noexcept {

@@ -58,6 +58,13 @@ std::vector<Message> samples() {
   multi_get.number = -1;
   multi_get.keys = {"addr/0", "", "addr/2\0"s};
   v.push_back(multi_get);
+  auto or_stop = make(Type::multi_get_or_stop);
+  or_stop.number = 250;
+  or_stop.value = "tandem/r0/world/lost";
+  or_stop.keys = {"addr/1", "addr/all", ""};
+  v.push_back(or_stop);
+  auto or_stop_empty = make(Type::multi_get_or_stop);
+  v.push_back(or_stop_empty);
   auto values = make(Type::values);
   values.keys = {std::string(5000, 'v'), "", "x\0y"s};
   v.push_back(values);
@@ -162,10 +169,11 @@ TEST(StoreProtocol, RejectsBadHeadersAsSoonAsTheHeaderIsIn) {
   const Case cases[] = {
       {with_header(0xdeadbeef, kVersion, 2, 0, 0), "magic"},
       {"GET / HTTP/1.1\r\n", "magic"},
-      {with_header(kMagic, 2, 2, 0, 0), "version"},
+      {with_header(kMagic, kVersion + 1, 2, 0, 0), "version"},
+      {with_header(kMagic, kVersion - 1, 2, 0, 0), "version"},
       {with_header(kMagic, 0, 2, 0, 0), "version"},
       {with_header(kMagic, kVersion, 0, 0, 0), "unknown frame type"},
-      {with_header(kMagic, kVersion, 12, 0, 0), "unknown frame type"},
+      {with_header(kMagic, kVersion, 13, 0, 0), "unknown frame type"},
       {with_header(kMagic, kVersion, 71, 0, 0), "unknown frame type"},
       {with_header(kMagic, kVersion, 200, 0, 0), "unknown frame type"},
       {with_header(kMagic, kVersion, 2, 1, 0), "reserved"},
@@ -217,6 +225,14 @@ TEST(StoreProtocol, RejectsMalformedPayloads) {
             Status::ok);
   EXPECT_EQ(payload_case(Type::values, u32(4) + u32(0) + u32(0) + u32(0) + u32(0)).status,
             Status::bad);
+  // MULTI_GET_OR_STOP: its stop key is held to the key limit, not the value limit.
+  EXPECT_EQ(payload_case(Type::multi_get_or_stop, i64(0) + u32(11) + std::string(11, 's') + u32(0))
+                .status,
+            Status::bad);
+  EXPECT_EQ(payload_case(Type::multi_get_or_stop,
+                         i64(-1) + u32(10) + std::string(10, 's') + u32(1) + u32(1) + "k")
+                .status,
+            Status::ok);
   // BOOLEAN must be 0 or 1.
   EXPECT_EQ(payload_case(Type::boolean, i64(2)).status, Status::bad);
   // And a well-formed one passes with these limits.
@@ -239,6 +255,10 @@ TEST(StoreProtocol, PayloadLimitCoversTheLargestLegalFrames) {
   auto wait = make(Type::wait);
   wait.keys.assign(8, std::string(16, 'w'));
   EXPECT_EQ(decode_frame(as_span(encode(wait)), limits).status, Status::ok);
+  auto or_stop = make(Type::multi_get_or_stop);
+  or_stop.value = std::string(16, 's');
+  or_stop.keys.assign(8, std::string(16, 'w'));
+  EXPECT_EQ(decode_frame(as_span(encode(or_stop)), limits).status, Status::ok);
   auto big = make(Type::set);
   big.keys = {"k"};
   big.value = std::string(1001, 'v');
@@ -250,6 +270,8 @@ TEST(StoreProtocol, TypeNames) {
   EXPECT_EQ(type_name(200), "type 200");
   EXPECT_TRUE(is_request(Type::num_keys));
   EXPECT_TRUE(is_request(Type::multi_get));
+  EXPECT_TRUE(is_request(Type::multi_get_or_stop));
+  EXPECT_EQ(type_name(static_cast<std::uint8_t>(Type::multi_get_or_stop)), "MULTI_GET_OR_STOP");
   EXPECT_FALSE(is_request(Type::values));
   EXPECT_EQ(type_name(static_cast<std::uint8_t>(Type::values)), "VALUES");
   EXPECT_FALSE(is_request(Type::ok));

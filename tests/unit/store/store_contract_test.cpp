@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -17,6 +18,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using namespace std::string_literals;
+using namespace std::string_view_literals;
 
 // One store under test; client() gives a handle for one thread (a new connection where the
 // store has them, so that threads also exercise the store's own concurrency).
@@ -210,6 +212,67 @@ TEST_P(StoreContract, MultiGetTimesOutNamingOnlyMissingKeys) {
   EXPECT_TRUE(contains(msg, "lacking-a")) << msg;
   EXPECT_TRUE(contains(msg, "lacking-b")) << msg;
   EXPECT_FALSE(contains(msg, "'have'")) << msg;
+}
+
+// multi_get_or_stop: the poll applies to the stores that alternate reads and checks.
+constexpr auto kStopPoll = 20ms;
+
+TEST_P(StoreContract, MultiGetOrStopReturnsTheValuesWhenTheyComeFirst) {
+  auto other = env_->client();
+  KeysOrStop got;
+  std::thread reader([&] {
+    got = store_->multi_get_or_stop(std::vector<std::string>{"s/2", "s/1"}, "s/lost",
+                                    deadline_in(30s), kStopPoll);
+  });
+  other->set("s/1", "one");
+  other->set("s/2", std::string("t\0wo", 4));
+  reader.join();
+  EXPECT_FALSE(got.stop.has_value());
+  EXPECT_EQ(got.values, (std::vector<std::string>{std::string("t\0wo", 4), "one"}));
+  // With every key and the stop key there, the values win.
+  other->set("s/lost", "rank 3");
+  got = store_->multi_get_or_stop(std::vector<std::string>{"s/1"}, "s/lost", deadline_in(30s),
+                                  kStopPoll);
+  EXPECT_FALSE(got.stop.has_value());
+  EXPECT_EQ(got.values, std::vector<std::string>{"one"});
+}
+
+TEST_P(StoreContract, MultiGetOrStopEndsWithTheStopKeysValue) {
+  auto other = env_->client();
+  KeysOrStop got;
+  std::thread reader([&] {
+    got = store_->multi_get_or_stop(std::vector<std::string>{"t/1", "t/never"}, "t/lost",
+                                    deadline_in(30s), kStopPoll);
+  });
+  other->set("t/1", "one");
+  other->set("t/lost", std::string("rank\0 5", 7));
+  reader.join();
+  ASSERT_TRUE(got.stop.has_value());
+  EXPECT_EQ(*got.stop, std::string("rank\0 5", 7));
+  EXPECT_TRUE(got.values.empty());
+  // Set before the call, the stop key ends it at once; the store serves the next call.
+  got = store_->multi_get_or_stop(std::vector<std::string>{"t/never"}, "t/lost", deadline_in(30s),
+                                  kStopPoll);
+  EXPECT_EQ(got.stop, std::optional<std::string>(std::string("rank\0 5", 7)));
+  other->set("t/after", "x");
+  EXPECT_EQ(store_->get("t/after", deadline_in(30s)), "x");
+}
+
+// The stop key is under the store's prefix like the keys: the neighbour prefix's "shared"
+// (PrefixEnv) does not stop this store's wait, and an empty stop key is a plain multi_get.
+TEST_P(StoreContract, MultiGetOrStopTimesOutNamingTheMissingKeys) {
+  store_->set("u/have", "1");
+  const std::vector<std::string> keys = {"u/have", "u/lacking"};
+  for (std::string_view stop : {"shared"sv, ""sv}) {
+    const auto msg = expect_error(ErrorCode::Timeout, [&] {
+      store_->multi_get_or_stop(keys, stop, deadline_in(150ms), kStopPoll);
+    });
+    EXPECT_TRUE(contains(msg, "u/lacking")) << msg;
+    EXPECT_FALSE(contains(msg, "u/have")) << msg;
+  }
+  store_->set("u/lacking", "2");
+  const auto got = store_->multi_get_or_stop(keys, "", deadline_in(30s), kStopPoll);
+  EXPECT_EQ(got.values, (std::vector<std::string>{"1", "2"}));
 }
 
 TEST_P(StoreContract, GetWakesOnCompareSet) {

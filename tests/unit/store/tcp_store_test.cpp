@@ -194,6 +194,68 @@ TEST(TcpStore, MultiGetTakesOneRequestPer4096Keys) {
   EXPECT_EQ(prefixed.requests(), 2u);  // HELLO and SET
 }
 
+// Ranks of a job waiting for every rank's address while one of them dies: each waits in one
+// request, and the death (its connection's ON_DISCONNECT) ends every wait with its value.
+TEST(TcpStore, MultiGetOrStopIsOneRequestThatADisconnectEnds) {
+  TcpStoreServer server(server_options());
+  constexpr int kWaiters = 32;
+  std::vector<std::unique_ptr<TcpStore>> clients;
+  for (int i = 0; i < kWaiters; ++i)
+    clients.push_back(std::make_unique<TcpStore>("127.0.0.1", server.port(), client_options()));
+  auto dying = std::make_unique<TcpStore>("127.0.0.1", server.port(), client_options());
+  ASSERT_TRUE(dying->set_on_disconnect("job/lost", "rank 7 (pid 123)"));
+  std::vector<KeysOrStop> got(kWaiters);
+  std::vector<std::uint64_t> requests(kWaiters);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kWaiters; ++i) {
+    threads.emplace_back([&, i] {
+      auto& c = *clients[static_cast<std::size_t>(i)];
+      c.set(fmt::format("job/addr/{}", i), "here");
+      const std::uint64_t before = c.requests();
+      got[static_cast<std::size_t>(i)] = c.multi_get_or_stop(
+          std::vector<std::string>{fmt::format("job/addr/{}", (i + 1) % kWaiters), "job/addr/all"},
+          "job/lost", deadline_in(60s), 10ms);
+      requests[static_cast<std::size_t>(i)] = c.requests() - before;
+    });
+  }
+  dying.reset();
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kWaiters; ++i) {
+    EXPECT_EQ(got[static_cast<std::size_t>(i)].stop, std::optional<std::string>("rank 7 (pid 123)"))
+        << "waiter " << i;
+    EXPECT_EQ(requests[static_cast<std::size_t>(i)], 1u) << "waiter " << i;
+  }
+  // The stop key stays: a later wait ends at once; one with its keys there reads them.
+  const std::vector<std::string> mine = {"job/addr/0"};
+  EXPECT_EQ(clients[0]
+                ->multi_get_or_stop(std::vector<std::string>{"job/addr/all"}, "job/lost",
+                                    deadline_in(60s), 10ms)
+                .stop,
+            std::optional<std::string>("rank 7 (pid 123)"));
+  EXPECT_EQ(clients[0]->multi_get_or_stop(mine, "job/lost", deadline_in(60s), 10ms).values,
+            std::vector<std::string>{"here"});
+}
+
+// A wait that its keys completed leaves nothing behind on the server: a later write of its stop
+// key sends that connection no second reply (the next call would read it as its own answer).
+TEST(TcpStore, MultiGetOrStopCompletedByItsKeysLeavesNoStopBehind) {
+  TcpStoreServer server(server_options());
+  TcpStore reader("127.0.0.1", server.port(), client_options());
+  TcpStore writer("127.0.0.1", server.port(), client_options());
+  KeysOrStop got;
+  std::thread t([&] {
+    got = reader.multi_get_or_stop(std::vector<std::string>{"a", "b"}, "stop", deadline_in(60s),
+                                   10ms);
+  });
+  writer.set("a", "1");
+  writer.set("b", "2");
+  t.join();
+  EXPECT_EQ(got.values, (std::vector<std::string>{"1", "2"}));
+  writer.set("stop", "late");
+  EXPECT_EQ(reader.add("n", 5), 5);
+  EXPECT_EQ(reader.get("b", deadline_in(60s)), "2");
+}
+
 // Many clients connected at once, as the ranks of a large job are: none loses a key or an add.
 TEST(TcpStore, AThousandClientsAtOnceLoseNoKeys) {
   TcpStoreServer server(server_options());
