@@ -29,9 +29,9 @@ struct Identity {
 /// The store side of the group (setup/): where its keys live and how setup waits notice a
 /// rank that died.
 struct Rendezvous {
-  std::string prefix;                        ///< this communicator's key namespace in the store
-  std::shared_ptr<store::Store> base_store;  ///< the store the caller gave
-  std::shared_ptr<store::Store> store;       ///< base_store under `prefix`
+  std::string prefix;                         ///< this communicator's key namespace in the store
+  std::shared_ptr<store::Store> base_store;   ///< the store the caller gave
+  std::shared_ptr<store::PrefixStore> store;  ///< base_store under `prefix`
   /// Key on base_store that the store server sets when a rank of this group (or of the group
   /// it was split from) disconnects without closing its communicator: setup waits watch it.
   std::string lost_key;

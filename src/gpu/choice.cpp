@@ -140,8 +140,9 @@ std::unique_ptr<comm::DeviceBackend> make_cuda_backend(const comm::DeviceSetup& 
   for (int r = 0; r < setup.size; ++r)
     if (r != setup.rank) everyone.push_back(r);
   const auto texts =
-      transport::gather(*setup.store, "gpu/choice/", setup.rank, encode(mine), everyone,
-                        deadline_in(setup.timeout), "GPU record", setup.check_peers);
+      transport::gather(*setup.store, setup.rank, encode(mine),
+                        {.prefix = "gpu/choice/", .what = "GPU record", .from = everyone},
+                        deadline_in(setup.timeout), setup.check_peers);
   std::vector<GpuRecord> records(static_cast<std::size_t>(setup.size));
   records[static_cast<std::size_t>(setup.rank)] = mine;
   for (std::size_t i = 0; i < everyone.size(); ++i)

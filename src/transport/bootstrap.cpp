@@ -129,44 +129,59 @@ std::string choose_listen_address(const std::string& ifname, std::string_view so
   return "127.0.0.1";
 }
 
-std::vector<std::string> gather(store::Store& store, std::string_view prefix, int rank,
-                                std::string_view value, std::span<const int> from,
-                                Deadline deadline, std::string_view what,
-                                const std::function<void()>& check_peers,
+std::vector<std::string> gather(store::Store& store, int rank, std::string_view value,
+                                const GatherSpec& spec, Deadline deadline,
+                                const std::function<void()>& check_peers, const ReadKeys& read_keys,
                                 std::chrono::milliseconds poll) {
   const auto start = Clock::now();
-  store.set(fmt::format("{}{}", prefix, rank), value);
-  testing::setup_step(fmt::format("published {}", what));
+  store.set(fmt::format("{}{}", spec.prefix, rank), value);
+  const std::string count_key = fmt::format("{}published", spec.prefix);
+  const std::string all_key = fmt::format("{}all", spec.prefix);
+  if (spec.everyone > 0 && store.add(count_key, 1) == spec.everyone) store.set(all_key, {});
+  testing::setup_step(fmt::format("published {}", spec.what));
   std::vector<std::string> keys;
-  keys.reserve(from.size());
-  for (int p : from) keys.push_back(fmt::format("{}{}", prefix, p));
+  keys.reserve(spec.from.size() + 1);
+  for (int p : spec.from) keys.push_back(fmt::format("{}{}", spec.prefix, p));
+  if (spec.everyone > 0) keys.push_back(all_key);
   std::vector<std::string> values;
   try {
-    // One multi_get (a round trip per 4096 keys), in slices when a dead rank can be noticed
-    // meanwhile: it will never publish its key.
-    for (;;) {
-      const Deadline slice = check_peers ? std::min(deadline, deadline_in(poll)) : deadline;
-      try {
-        values = store.multi_get(keys, slice);
-        break;
-      } catch (const Error& e) {
-        if (e.code() != ErrorCode::Timeout || slice >= deadline) throw;
+    if (read_keys) {
+      values = read_keys(keys, deadline);
+    } else {
+      // multi_get in slices when a dead rank can be noticed meanwhile: it will never publish.
+      for (;;) {
+        const Deadline slice = check_peers ? std::min(deadline, deadline_in(poll)) : deadline;
+        try {
+          values = store.multi_get(keys, slice);
+          break;
+        } catch (const Error& e) {
+          if (e.code() != ErrorCode::Timeout || slice >= deadline) throw;
+        }
+        check_peers();
       }
-      check_peers();
     }
   } catch (const Error& e) {
     if (e.code() != ErrorCode::Timeout) throw;
     std::vector<int> missing;
-    for (std::size_t i = 0; i < keys.size(); ++i)
-      if (!store.check(std::span<const std::string>(&keys[i], 1))) missing.push_back(from[i]);
+    for (std::size_t i = 0; i < spec.from.size(); ++i)
+      if (!store.check(std::span<const std::string>(&keys[i], 1))) missing.push_back(spec.from[i]);
+    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+    const std::string hint =
+        "Are they running, with the same store address, world size and communicator? Did one "
+        "of them fail?";
+    if (missing.empty() && spec.everyone > 0)
+      TANDEM_THROW(ErrorCode::Timeout,
+                   "rank {} waited {:.1f} s for every rank to publish its {}: {} of {} have. The "
+                   "others have not reached this point of communicator setup. {}",
+                   rank, waited, spec.what, store.add(count_key, 0), spec.everyone, hint);
     TANDEM_THROW(ErrorCode::Timeout,
                  "rank {} waited {:.1f} s for the {} of ranks {} ({} of {} missing): they have "
-                 "not reached this point of communicator setup. Are they running, with the same "
-                 "store address, world size and communicator? Did one of them fail?",
-                 rank, std::chrono::duration<double>(Clock::now() - start).count(), what,
-                 fmt::join(missing, ", "), missing.size(), from.size());
+                 "not reached this point of communicator setup. {}",
+                 rank, waited, spec.what, fmt::join(missing, ", "), missing.size(),
+                 spec.from.size(), hint);
   }
-  testing::setup_step(fmt::format("gathered {}", what));
+  values.resize(spec.from.size());
+  testing::setup_step(fmt::format("gathered {}", spec.what));
   return values;
 }
 

@@ -23,6 +23,9 @@ inline void setup_step(std::string_view step) {
 }
 }  // namespace testing
 
+/// Where rank r publishes its RankRecord in the communicator's store: "addr/<r>".
+inline constexpr std::string_view kAddressPrefix = "addr/";
+
 /// What every rank publishes about itself.
 struct RankRecord {
   PeerInfo info;
@@ -63,14 +66,26 @@ std::size_t shm_bytes_needed(int local_ranks, std::size_t buffer_bytes);
 /// address that routes to it; else loopback. Says which at TANDEM_DEBUG=INFO.
 std::string choose_listen_address(const std::string& ifname, std::string_view source);
 
-/// Sets `prefix + rank` to `value`, then waits for the keys of every rank in `from` and
-/// returns their values (in the order of `from`). On timeout the error names the missing
-/// ranks and `what` they were expected to publish. `check_peers` (when set) runs every
-/// `poll` while it waits and throws when a rank is gone.
-std::vector<std::string> gather(store::Store& store, std::string_view prefix, int rank,
-                                std::string_view value, std::span<const int> from,
-                                Deadline deadline, std::string_view what,
-                                const std::function<void()>& check_peers = {},
+/// What gather() publishes and reads.
+struct GatherSpec {
+  std::string_view prefix;    ///< rank r publishes "<prefix><r>"
+  std::string_view what;      ///< what the keys hold, for messages ("addresses")
+  std::span<const int> from;  ///< the ranks whose keys are read
+  /// When > 0, also waits until that many ranks have published: each adds to a counter
+  /// ("<prefix>published") and the last one sets "<prefix>all" (one request more per rank, two
+  /// for the last). Whatever setup waits for afterwards, every rank has started.
+  int everyone = 0;
+};
+
+/// Sets `<prefix><rank>` to `value`, then waits for the keys of every rank in spec.from and
+/// returns their values (in the order of spec.from). The wait is `read_keys` when set (one
+/// store request, which ends as soon as a rank is lost: MeshOptions::read_keys), else
+/// multi_get slices of `poll` with `check_peers` (when set) between them. On timeout the error
+/// names the missing ranks and what they were expected to publish.
+std::vector<std::string> gather(store::Store& store, int rank, std::string_view value,
+                                const GatherSpec& spec, Deadline deadline,
+                                const std::function<void()>& check_peers,
+                                const ReadKeys& read_keys = {},
                                 std::chrono::milliseconds poll = kLivenessPoll);
 
 }  // namespace tandem::transport

@@ -32,6 +32,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tandem::store {
 class Store;
@@ -181,6 +182,10 @@ class Mesh {
 /// `automatic` when the host has an RDMA device and the build has UCX.
 enum class NetTransport : std::uint8_t { automatic, tcp, ucx };
 
+/// Reads keys of a store, all of them once every one is set (MeshOptions::read_keys).
+using ReadKeys =
+    std::function<std::vector<std::string>(std::span<const std::string> keys, Deadline deadline)>;
+
 struct MeshOptions {
   bool shm_disable = false;                          ///< TANDEM_SHM_DISABLE
   NetTransport transport = NetTransport::automatic;  ///< TANDEM_TRANSPORT
@@ -207,6 +212,11 @@ struct MeshOptions {
   /// rank is known to be gone (the communicator asks the store). Empty: setup waits for the
   /// peers until connect_timeout.
   std::function<void()> check_peers;
+  /// Reads keys of the setup store as Store::multi_get() does, but throws Error(PeerLost) as
+  /// soon as a rank is known to be gone, in one store request however long it waits (the
+  /// communicator's Store::multi_get_or_stop() on its lost-rank key). Empty: multi_get() in
+  /// slices, with check_peers between them.
+  ReadKeys read_keys;
 };
 
 /// How often setup asks check_peers whether a rank is gone while it waits.

@@ -188,8 +188,12 @@ FirstContact first_contact(store::Store& store, int rank, int size, const RankRe
                            const MeshOptions& options) {
   FirstContact c;
   c.peers = setup_peers(rank, size);
-  const auto texts = gather(store, "addr/", rank, encode_record(self), c.peers, deadline,
-                            "addresses", options.check_peers, liveness_period(size));
+  // Waits until every rank has published its address, too: the waits after this one (the
+  // setup peers' handshakes, the record exchange) then wait for ranks that are all running.
+  const auto texts = gather(
+      store, rank, encode_record(self),
+      GatherSpec{.prefix = kAddressPrefix, .what = "addresses", .from = c.peers, .everyone = size},
+      deadline, options.check_peers, options.read_keys, liveness_period(size));
   c.records.resize(static_cast<std::size_t>(size));
   c.records[static_cast<std::size_t>(rank)] = self;
   for (std::size_t i = 0; i < c.peers.size(); ++i) {
@@ -263,14 +267,21 @@ std::unique_ptr<shm::Context> connect_shm(store::Store& store, int rank,
     store.set(fmt::format("shm/{}", rank), "!" + e.message());  // the local peers fail fast
     throw;
   }
-  const auto names =
-      gather(store, "shm/", rank, shm->name(), local, deadline, "shared-memory segment names",
-             options.check_peers, liveness_period(static_cast<int>(records.size())));
+  const auto names = gather(
+      store, rank, shm->name(),
+      GatherSpec{.prefix = "shm/", .what = "shared-memory segment names", .from = local}, deadline,
+      options.check_peers, options.read_keys, liveness_period(static_cast<int>(records.size())));
   for (std::size_t i = 0; i < local.size(); ++i) {
     if (names[i].starts_with('!'))
       TANDEM_THROW(ErrorCode::Io, "rank {} could not set up shared memory: {}", local[i],
                    std::string_view(names[i]).substr(1));
-    shm->attach(local[i], names[i]);
+    try {
+      shm->attach(local[i], names[i]);
+    } catch (const Error&) {
+      // A peer that gave up because a third rank was lost removed its segment: name that rank.
+      if (options.check_peers) options.check_peers();
+      throw;
+    }
   }
   // Setup ends only once the local peers have mapped this rank's segment too: a rank that
   // closes at once must not remove it under a peer still attaching.

@@ -18,9 +18,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <chrono>
+#include <cstring>
 #include <mutex>
+#include <optional>
 #include <unistd.h>
 
 namespace tandem::comm {
@@ -170,40 +173,68 @@ std::string choose_tuning(Communicator::Impl& impl) {
   return "none";
 }
 
-// Every rank must choose alike: rank 0 publishes what it applies (or that it failed) and the
-// others compare (one store operation each), so ranks given different files or settings fail
-// here rather than in a mismatched call.
+// The tag of apply_tuning()'s broadcast (outside the communicator's sequence of calls).
+constexpr std::uint32_t kTuningTag = 0x74756e65;  // "tune"
+
+// Every rank must choose alike: rank 0's choice (or that it failed, and why) reaches every rank
+// over the mesh, a tree broadcast of a fixed-size record, and each compares it with its own, so
+// ranks given different files or settings fail here rather than in a mismatched call. Rank 0
+// learns of a rank that refused when that rank stops (PeerLost).
 void apply_tuning(Communicator::Impl& impl) {
-  constexpr std::string_view kKey = "tuning";
   constexpr std::string_view kFailed = "failed: ";
-  if (impl.id.rank == 0) {
-    std::string applied;
-    try {
-      applied = choose_tuning(impl);
-    } catch (const Error& e) {
-      impl.rendezvous.store->set(kKey, fmt::format("{}{}", kFailed, e.message()));
-      throw;
-    }
-    impl.rendezvous.store->set(kKey, applied);
-    return;
+  std::string applied;
+  std::optional<Error> failed;
+  try {
+    applied = choose_tuning(impl);
+  } catch (const Error& e) {
+    failed = e;  // thrown after the broadcast, which every rank must take part in
+    applied = fmt::format("{}{}", kFailed, e.message());
   }
-  const std::string applied = choose_tuning(impl);
-  const std::string first = impl.rendezvous.store->get(kKey, deadline_in(impl.config.timeout()));
-  if (first.starts_with(kFailed))
+  // Rank 0's text, cut to the record's size (a choice is "none" or a digest; only a failure's
+  // message can be longer).
+  std::array<char, 1024> mine{};
+  std::array<char, 1024> first{};
+  const std::size_t len = std::min(applied.size(), mine.size() - 1);
+  std::copy_n(applied.data(), len, mine.data());
+  algorithms::Call c;
+  c.kind = CollectiveKind::broadcast;
+  c.in = BufferView::raw(mine.data(), mine.size(), DataType::u8);
+  c.out = BufferView::raw(first.data(), first.size(), DataType::u8);
+  c.hosts = &impl.config.hosts;
+  c.tag = kTuningTag;
+  c.deadline = deadline_in(impl.config.timeout());
+  const algorithms::Algorithm* tree =
+      algorithms::Registry::builtin().find(CollectiveKind::broadcast, "tree");
+  TANDEM_CHECK(tree != nullptr, "no tree broadcast registered");
+  tree->run(c, *impl.runner.context);
+  impl.runner.context->ran = nullptr;
+  if (failed) throw *failed;
+  if (impl.id.rank == 0) return;
+  const std::string_view theirs(first.data(), ::strnlen(first.data(), first.size()));
+  if (theirs.starts_with(kFailed))
     TANDEM_THROW(ErrorCode::InvalidArgument,
                  "communicator '{}': rank 0 could not apply its tuning file ({}); every rank "
                  "must see the same valid TANDEM_TUNING_FILE",
-                 impl.rendezvous.prefix, first.substr(kFailed.size()));
-  if (first != applied)
+                 impl.rendezvous.prefix, theirs.substr(kFailed.size()));
+  if (theirs != std::string_view(mine.data()))
     TANDEM_THROW(ErrorCode::InvalidArgument,
                  "communicator '{}': rank 0 applies tuning '{}' but rank {} applies '{}'; every "
                  "rank must see the same TANDEM_TUNING_FILE (and TANDEM_SHM_DISABLE)",
-                 impl.rendezvous.prefix, first, impl.id.rank, applied);
+                 impl.rendezvous.prefix, theirs, impl.id.rank, applied);
+}
+
+[[noreturn]] void throw_lost(const std::string& who) {
+  TANDEM_THROW(ErrorCode::PeerLost,
+               "{} died or lost its connection to the store before this rank was connected to "
+               "it; this rank cannot continue without it. Check that rank's output and exit "
+               "status (a crash, the OOM killer, a signal)",
+               who);
 }
 
 // A rank that dies during setup never publishes what the others wait for. Its store
-// connection closes, though: the store server sets lost_key then (if the store can), and the
-// waits of setup look at that key every kLivenessPoll.
+// connection closes, though: the store server sets lost_key then (if the store can). Setup's
+// store reads end at once when it is set (read_keys), its other waits look at it every
+// kLivenessPoll (check_peers).
 void watch_peers(const Identity& id, Rendezvous& rdv, std::string lost_key,
                  transport::MeshOptions& mesh_opts) {
   if (lost_key.empty()) {
@@ -220,14 +251,21 @@ void watch_peers(const Identity& id, Rendezvous& rdv, std::string lost_key,
     }
   }
   rdv.lost_key = lost_key;
-  mesh_opts.check_peers = [store = rdv.base_store, key = std::move(lost_key)] {
+  mesh_opts.check_peers = [store = rdv.base_store, key = lost_key] {
     const std::string keys[] = {key};
-    if (!store->check(keys)) return;
-    TANDEM_THROW(ErrorCode::PeerLost,
-                 "{} died or lost its connection to the store before this rank was connected "
-                 "to it; this rank cannot continue without it. Check that rank's output and exit "
-                 "status (a crash, the OOM killer, a signal)",
-                 store->get(key, deadline_in(std::chrono::seconds(10))));
+    if (store->check(keys)) throw_lost(store->get(key, deadline_in(std::chrono::seconds(10))));
+  };
+  // lost_key is a key of base_store (a split communicator's is its parent's): read the keys
+  // there too.
+  mesh_opts.read_keys = [base = rdv.base_store, scoped = rdv.store, key = std::move(lost_key),
+                         poll = transport::liveness_period(id.size)](
+                            std::span<const std::string> keys, Deadline deadline) {
+    std::vector<std::string> full;
+    full.reserve(keys.size());
+    for (const auto& k : keys) full.push_back(scoped->base_key(k));
+    auto got = base->multi_get_or_stop(full, key, deadline, poll);
+    if (got.stop) throw_lost(*got.stop);
+    return std::move(got.values);
   };
   rdv.check_peers = mesh_opts.check_peers;
 }

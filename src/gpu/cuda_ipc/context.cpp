@@ -57,8 +57,10 @@ Context::Context(const comm::DeviceSetup& setup, const WaitHooks& hooks)
   check_cuda(cudaIpcGetMemHandle(&mine.handle, staging_.get()), "cudaIpcGetMemHandle");
   mine.bytes = 2 * kHalfBytes;
   mine.pid = static_cast<std::int32_t>(::getpid());
-  const auto texts = transport::gather(*store, "staging/", rank_, encode(mine), others, deadline,
-                                       "CUDA IPC staging handle", setup.check_peers);
+  const auto texts =
+      transport::gather(*store, rank_, encode(mine),
+                        {.prefix = "staging/", .what = "CUDA IPC staging handle", .from = others},
+                        deadline, setup.check_peers);
   int device = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   peers_.reserve(static_cast<std::size_t>(setup.size));

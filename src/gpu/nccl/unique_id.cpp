@@ -44,8 +44,10 @@ ncclUniqueId exchange_unique_id(store::Store& store, std::string_view key, int r
   // gather() publishes a key for every rank; rank 0's holds the id, which the others wait for.
   const int root = 0;
   const std::span<const int> from = rank == 0 ? std::span<const int>() : std::span(&root, 1);
-  const auto got = transport::gather(store, fmt::format("{}/", key), rank, mine, from, deadline,
-                                     "NCCL unique id", check_peers);
+  const std::string prefix = fmt::format("{}/", key);
+  const auto got = transport::gather(store, rank, mine,
+                                     {.prefix = prefix, .what = "NCCL unique id", .from = from},
+                                     deadline, check_peers);
   return rank == 0 ? unique_id_from_text(mine) : unique_id_from_text(got.at(0));
 }
 

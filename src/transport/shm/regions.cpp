@@ -181,9 +181,10 @@ SharedBuffer RegionPool::allocate(std::size_t bytes, store::Store& store, Deadli
     store.set(fmt::format("{}name/{}", prefix, rank_), "!" + e.message());  // peers fail fast
     throw;
   }
-  const auto entries =
-      gather(store, prefix + "name/", rank_, fmt::format("{} {}", bytes, guard.name), peers_,
-             deadline, "registered buffer names", check_peers);
+  const auto entries = gather(
+      store, rank_, fmt::format("{} {}", bytes, guard.name),
+      GatherSpec{.prefix = prefix + "name/", .what = "registered buffer names", .from = peers_},
+      deadline, check_peers);
   for (std::size_t i = 0; i < peers_.size(); ++i) {
     const auto [peer_bytes, name] = parse_entry(entries[i], peers_[i], id);
     if (peer_bytes != bytes)
@@ -195,8 +196,10 @@ SharedBuffer RegionPool::allocate(std::size_t bytes, store::Store& store, Deadli
     region->peers.push_back(map_peer(peers_[i], id, bytes, name));
   }
   // Every peer mapped this rank's segment once all are here: the name can go.
-  gather(store, prefix + "mapped/", rank_, "1", peers_, deadline, "registered buffer mappings",
-         check_peers);
+  gather(store, rank_, "1",
+         GatherSpec{
+             .prefix = prefix + "mapped/", .what = "registered buffer mappings", .from = peers_},
+         deadline, check_peers);
   ::shm_unlink(guard.name.c_str());
   guard.name.clear();
   void* data = region->data();

@@ -244,6 +244,7 @@ void Connector::start(Outgoing& o) {
 void Connector::fail(Outgoing& o, int err, std::string why) {
   Peer& p = at(o.peer);
   if (err == ECONNREFUSED && refusal_final_) p.refused = true;
+  ++failed_dials_;
   o.hello = Hello{};
   o.state = Outgoing::State::waiting;
   p.last_error = fmt::format("{}: {}", purpose_name(o.purpose), why);
@@ -458,12 +459,14 @@ std::vector<PeerSockets> Connector::connect(std::span<const int> peers, Deadline
                        [&](int p) { return at(p).phase == Phase::connected; });
   };
   auto next_check = begin + kLivenessPoll;
+  std::uint64_t failures_checked = failed_dials_;
   for (;;) {
     const auto now = Clock::now();
     Clock::time_point wake = start_due(now, deadline);
     if (whole() || now >= deadline) break;
     if (check_peers) {
-      if (now >= next_check) {
+      if (now >= next_check || failed_dials_ != failures_checked) {
+        failures_checked = failed_dials_;
         check_peers();  // a rank that died will never connect
         next_check = now + kLivenessPoll;
       }

@@ -111,8 +111,9 @@ class Connector {
   /// Connects `peers`: dials those above this rank, waits for those below to dial (as setup
   /// does on both sides). Returns their sockets in the order of `peers`. Throws
   /// Error(Timeout) at `deadline` naming the connections still missing and why;
-  /// `check_peers` (when set) runs every kLivenessPoll meanwhile and throws when a rank is
-  /// gone.
+  /// `check_peers` (when set) runs every kLivenessPoll meanwhile, and at once after a dial
+  /// failed (a refused or reset dial most likely means that the peer died), and throws when
+  /// a rank is gone.
   std::vector<PeerSockets> connect(std::span<const int> peers, Deadline deadline,
                                    const std::function<void()>& check_peers);
 
@@ -144,6 +145,7 @@ class Connector {
   const net::Fd& listener_;
   std::size_t& rejected_;
   bool refusal_final_ = false;
+  std::uint64_t failed_dials_ = 0;  ///< fail() calls so far
   std::vector<Peer> peers_;
   std::vector<std::vector<net::SockAddr>> addresses_;  ///< resolved on the first dial
   std::vector<std::size_t> next_address_;
