@@ -13,6 +13,16 @@ std::string flight_key(int rank) {
   return comm::Monitor::flight_key(rank);
 }
 
+std::string address_key(int rank) {
+  return comm::Monitor::address_key(rank);
+}
+
+std::optional<ProgressRecord> progress_from_address(std::string_view text, int rank) {
+  std::optional<comm::ProgressRecord> r = comm::ProgressRecord::from_address(text, rank);
+  if (!r) return std::nullopt;
+  return ProgressRecord{r->rank, r->done, {}, r->encode()};
+}
+
 std::optional<ProgressRecord> decode_progress(std::string_view text) {
   std::optional<comm::ProgressRecord> r = comm::ProgressRecord::decode(text);
   if (!r) return std::nullopt;

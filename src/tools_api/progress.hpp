@@ -17,6 +17,9 @@ namespace tandem::tools_api {
 /// failed, with the error).
 std::string progress_key(int rank);
 std::string flight_key(int rank);
+/// Key of rank `rank`'s address record (setup's): it stands for the progress record of a rank
+/// that has published none yet (progress_from_address()).
+std::string address_key(int rank);
 
 /// What one rank's record says.
 struct ProgressRecord {
@@ -28,6 +31,9 @@ struct ProgressRecord {
 
 /// The record in `text`; nullopt when it is not a progress or flight record.
 std::optional<ProgressRecord> decode_progress(std::string_view text);
+/// The record of rank `rank`, which entered no collective yet, from its address record `text`;
+/// nullopt when `text` is not one.
+std::optional<ProgressRecord> progress_from_address(std::string_view text, int rank);
 
 /// What the ranks' records say about the collective the job is stuck in, or nullopt when no
 /// rank is inside one. `records[r]` is rank r's record (nullopt: none published); `lost[r]`

@@ -8,6 +8,7 @@
 #include "transport/bootstrap.hpp"
 
 #include <tandem/error.hpp>
+#include <tandem/log.hpp>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -224,6 +225,32 @@ TEST_P(Killed, MismatchShowsBothCallsOnEveryRank) {
   for (const auto& e : exits) EXPECT_TRUE(e.ok()) << testing::describe(e);
 }
 
+// Setup waits for a late rank inside one store request, which a death would end at once,
+// rather than asking the store again every 250 ms: however late the last rank starts, the
+// others' setup costs the same few requests (at most 8: docs/scale.md). The delay only makes
+// the wait long; nothing depends on its timing.
+TEST_P(Killed, ALateRankCostsTheOthersNoStoreRequests) {
+  constexpr int kRanks = 4;
+  const auto exits = testing::run_ranks(
+      kRanks,
+      [&](const testing::RankContext& ctx) {
+        if (ctx.rank == kRanks - 1) std::this_thread::sleep_for(1500ms);
+        log::reload_from_env();
+        auto store = ctx.store();
+        const std::uint64_t before = store->requests();
+        auto comm = Communicator::create(store, ctx.rank, ctx.size);
+        const std::uint64_t used = store->requests() - before;
+        EXPECT_LE(used, 8u) << "rank " << ctx.rank;
+        std::printf("rank %d: setup made %llu store requests\n", ctx.rank,
+                    static_cast<unsigned long long>(used));
+        std::vector<float> v(16, 1.0f);
+        comm->allreduce(BufferView::of(std::span<float>(v)), ReduceOp::sum);
+        EXPECT_EQ(v[0], static_cast<float>(kRanks));
+      },
+      run_options(GetParam()));
+  testing::expect_all_ok(exits);
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, Killed, ::testing::Values("shm", "tcp"));
 
 std::string read_file(const std::string& path) {
@@ -231,6 +258,23 @@ std::string read_file(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// Rank 0 writes its log lines (stderr) to `path`.
+void log_to(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  ::dup2(fd, STDERR_FILENO);
+  ::close(fd);
+}
+
+// Waits for the stall warning in `log` (a condition, polled with a deadline), not for a time.
+void wait_for_stall_warning(const std::string& log) {
+  const auto deadline = Clock::now() + 30s;
+  while (read_file(log).find("has not completed") == std::string::npos) {
+    ASSERT_LT(Clock::now(), deadline) << "no stall warning in " << read_file(log);
+    std::this_thread::sleep_for(20ms);
+  }
 }
 
 // TANDEM_STALL_WARN: rank 2 stays out of allreduce #1 until rank 0 has logged who is
@@ -241,24 +285,12 @@ TEST(Stall, WarningNamesTheRanksThatHaveNotEntered) {
   const auto exits = testing::run_ranks(
       3,
       [&](const testing::RankContext& ctx) {
-        if (ctx.rank == 0) {
-          const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-          ASSERT_GE(fd, 0);
-          ::dup2(fd, STDERR_FILENO);
-          ::close(fd);
-        }
+        if (ctx.rank == 0) log_to(log);
         auto comm = connect(ctx);
         std::vector<float> v(1024, 1.0f);
         auto view = BufferView::of(std::span<float>(v));
         comm->allreduce(view, ReduceOp::sum);
-        if (ctx.rank == 2) {
-          // Waits for the warning (a condition, polled with a deadline), not for a time.
-          const auto deadline = Clock::now() + 30s;
-          while (read_file(log).find("has not completed") == std::string::npos) {
-            ASSERT_LT(Clock::now(), deadline) << "no stall warning in " << read_file(log);
-            std::this_thread::sleep_for(20ms);
-          }
-        }
+        if (ctx.rank == 2) wait_for_stall_warning(log);
         std::fill(v.begin(), v.end(), 1.0f);
         comm->allreduce(view, ReduceOp::sum);
         EXPECT_EQ(v[0], 3.0f);
@@ -268,6 +300,33 @@ TEST(Stall, WarningNamesTheRanksThatHaveNotEntered) {
         EXPECT_TRUE(contains(text, "ranks 0,1 waiting in it since")) << text;
         EXPECT_TRUE(contains(text, "rank 2 never entered it (last completed #0)")) << text;
         EXPECT_TRUE(contains(text, "TANDEM_STALL_WARN")) << text;
+      },
+      run_options("shm", {"TANDEM_STALL_WARN=0.3"}));
+  for (const auto& e : exits) EXPECT_TRUE(e.ok()) << testing::describe(e);
+}
+
+// A rank that has called no collective yet has published no progress record (setup spends no
+// store request on one): a stall report reads its address record instead and says so. Rank 2
+// joins allreduce #0 once rank 0 has logged the report.
+TEST(Stall, ARankWithNoCollectiveYetIsNamedFromItsAddressRecord) {
+  tandem::testing::TempDir dir;
+  const std::string log = dir.file("rank0.log");
+  const auto exits = testing::run_ranks(
+      3,
+      [&](const testing::RankContext& ctx) {
+        if (ctx.rank == 0) log_to(log);
+        auto comm = connect(ctx);
+        const std::string mine[] = {fmt::format("tandem/r0/world/progress/{}", ctx.rank)};
+        EXPECT_FALSE(ctx.store()->check(mine)) << mine[0] << " was published at setup";
+        if (ctx.rank == 2) wait_for_stall_warning(log);
+        std::vector<float> v(64, 1.0f);
+        comm->allreduce(BufferView::of(std::span<float>(v)), ReduceOp::sum);
+        EXPECT_EQ(v[0], 3.0f);
+        if (ctx.rank != 0) return;
+        const std::string text = read_file(log);
+        EXPECT_TRUE(contains(text, "ranks 0,1 waiting in it since")) << text;
+        EXPECT_TRUE(contains(text, "rank 2 never entered it (completed no collective)")) << text;
+        EXPECT_FALSE(contains(text, "reported no progress")) << text;
       },
       run_options("shm", {"TANDEM_STALL_WARN=0.3"}));
   for (const auto& e : exits) EXPECT_TRUE(e.ok()) << testing::describe(e);

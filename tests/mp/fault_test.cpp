@@ -273,29 +273,6 @@ TEST_P(Fault, SetTimeoutGivesLaterCallsTheNewDeadline) {
   testing::expect_all_ok(exits);
 }
 
-// Setup publishes each rank's first progress record itself (what a diagnosis reads of a
-// rank that never entered a collective): when create() returns it is in the store already,
-// and the monitor's thread makes no store call while the first collectives run.
-TEST(Progress, EachRanksFirstRecordIsInTheStoreWhenSetupReturns) {
-  const auto exits = testing::run_ranks(
-      2,
-      [&](const testing::RankContext& ctx) {
-        auto store = ctx.store();
-        CommOptions o;
-        o.store_prefix = "first-record";
-        auto comm = Communicator::create(store, ctx.rank, ctx.size, o);
-        const std::string key = fmt::format("first-record/progress/{}", ctx.rank);
-        const std::string keys[] = {key};
-        ASSERT_TRUE(store->check(keys)) << key << " is not in the store when setup returns";
-        const std::string record = store->get(key);
-        EXPECT_TRUE(contains(record, fmt::format("rank={}\n", ctx.rank))) << record;
-        EXPECT_TRUE(contains(record, "entered=0\n")) << record;
-        comm->barrier();
-      },
-      run_options("shm"));
-  testing::expect_all_ok(exits);
-}
-
 TEST_P(Fault, BlockingCallQueuedBehindStuckWorkTimesOutWithoutRunning) {
   const auto exits = testing::run_ranks(
       2,

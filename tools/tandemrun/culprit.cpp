@@ -39,6 +39,10 @@ std::vector<std::string> collective_report(store::Store& store, int round, int w
       if (auto text = read_key(store, prefix + tools_api::progress_key(r)))
         records[i] = tools_api::decode_progress(*text);
     }
+    if (!records[i]) {  // no collective yet: its address record, if it got as far as setup
+      if (auto text = read_key(store, prefix + tools_api::address_key(r)))
+        records[i] = tools_api::progress_from_address(*text, r);
+    }
     any = any || records[i].has_value();
   }
   if (!any) return {};

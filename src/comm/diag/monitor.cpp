@@ -2,6 +2,7 @@
 
 #include "comm/diag/flight_recorder.hpp"
 #include "core/net.hpp"
+#include "transport/bootstrap.hpp"
 
 #include <tandem/error.hpp>
 #include <tandem/log.hpp>
@@ -39,12 +40,10 @@ std::shared_ptr<Monitor> Monitor::start(std::shared_ptr<store::Store> store, int
                                         std::chrono::milliseconds timeout) {
   auto m =
       std::make_shared<Monitor>(std::move(store), rank, size, std::move(name), stall_warn, timeout);
-  // The first record is published here, during setup. From the thread, that store round trip
-  // (and the store server woken to answer it) would run while the first collectives do and,
-  // with as many ranks as cores, take a rank's CPU in the middle of one
-  // (docs/benchmarks-small.md).
+  // No first record is published: until a rank has one, its address record stands for it
+  // (read_records()), which says the same (its host and pid, no collective yet) at no store
+  // request of its own.
   const ProgressRecord first = m->snapshot();
-  m->publish(progress_key(rank), first.encode());
   m->thread_ = std::thread([self = m, first] { self->run(first); });
   return m;
 }
@@ -84,6 +83,9 @@ std::string Monitor::progress_key(int rank) {
 }
 std::string Monitor::flight_key(int rank) {
   return fmt::format("flight/{}", rank);
+}
+std::string Monitor::address_key(int rank) {
+  return fmt::format("{}{}", transport::kAddressPrefix, rank);
 }
 
 ProgressRecord Monitor::snapshot() const {
@@ -141,7 +143,7 @@ void Monitor::run(const ProgressRecord& published) {
   std::uint64_t seen_entered = published.entered, seen_done = published.done;
   const auto called = [this] { return stop_ || !failure_.empty() || diagnosis_until_.has_value(); };
   std::unique_lock lock(mutex_);
-  // start() published the first record: the first turn waits an interval.
+  // The address record stands for the first record: the first turn waits an interval.
   cv_.wait_for(lock, interval_, called);
   while (!stop_) {
     std::string failure = std::move(failure_);
@@ -246,6 +248,12 @@ std::vector<std::optional<ProgressRecord>> Monitor::read_records(const ProgressR
       records[static_cast<std::size_t>(r)] = ProgressRecord::decode(store_->get(key, deadline));
       break;
     }
+    if (records[static_cast<std::size_t>(r)]) continue;
+    // No record of its own yet: the rank stands for none entered, if it got as far as setup.
+    const std::string address[] = {address_key(r)};
+    if (store_->check(address))
+      records[static_cast<std::size_t>(r)] =
+          ProgressRecord::from_address(store_->get(address[0], deadline), r);
   }
   return records;
 }

@@ -112,9 +112,12 @@ class Monitor : public std::enable_shared_from_this<Monitor> {
   /// This rank's record as of now.
   ProgressRecord snapshot() const;
 
-  /// Store keys (under the communicator's prefix).
+  /// Store keys (under the communicator's prefix). A rank publishes no progress record until
+  /// its progress changes; its address record (setup's) stands for it until then
+  /// (ProgressRecord::from_address()).
   static std::string progress_key(int rank);
   static std::string flight_key(int rank);
+  static std::string address_key(int rank);
 
  private:
   // One writer at a time (the thread that owns the mesh; ownership passes with acquire and

@@ -1,6 +1,9 @@
 #include "comm/diag/progress.hpp"
 
 #include "comm/setup/bootstrap.hpp"
+#include "transport/bootstrap.hpp"
+
+#include <tandem/error.hpp>
 
 #include <fmt/format.h>
 
@@ -62,6 +65,19 @@ std::string ProgressRecord::encode() const {
   if (!error.empty()) s += fmt::format("error={}\n", one_line(error));
   for (const auto& line : recent) s += fmt::format("recent={}\n", one_line(line));
   return s;
+}
+
+std::optional<ProgressRecord> ProgressRecord::from_address(std::string_view text, int rank) {
+  try {
+    const transport::RankRecord a = transport::decode_record(text, rank);
+    ProgressRecord r;
+    r.rank = rank;
+    r.host = a.info.host;
+    r.pid = a.info.pid;
+    return r;
+  } catch (const Error&) {
+    return std::nullopt;  // another build's record
+  }
 }
 
 std::optional<ProgressRecord> ProgressRecord::decode(std::string_view text) {

@@ -41,6 +41,10 @@ struct ProgressRecord {
   std::string encode() const;
   /// nullopt for anything that is not a record of this format.
   static std::optional<ProgressRecord> decode(std::string_view text);
+  /// What rank `rank` stands for before it published a record of its own: its address record
+  /// (setup's "addr/<rank>", `text`) gives its host and pid, and it has entered no collective.
+  /// nullopt when `text` is not an address record.
+  static std::optional<ProgressRecord> from_address(std::string_view text, int rank);
 };
 
 /// What the ranks' records say about the collective the job is stuck in, or nullopt when no

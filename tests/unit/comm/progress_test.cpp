@@ -2,6 +2,8 @@
 
 #include "comm/diag/progress.hpp"
 
+#include "transport/bootstrap.hpp"
+
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -65,6 +67,34 @@ TEST(Diagnose, NamesTheRankThatNeverEntered) {
   EXPECT_TRUE(contains(*text, "allreduce #1234 (f32 x 1000): ranks 0,1,3 waiting in it since"))
       << *text;
   EXPECT_TRUE(contains(*text, "rank 2 never entered it (last completed #1233)")) << *text;
+}
+
+// A rank that has published no record yet stands for "entered none" through its address
+// record; anything else is not taken for one.
+TEST(ProgressRecord, FromAnAddressRecordEnteredNone) {
+  transport::RankRecord a;
+  a.info.host = "node-b";
+  a.info.host_id = "node-b/boot/1";
+  a.info.pid = 4242;
+  a.address = "10.0.0.2";
+  a.port = 29500;
+  const auto r = ProgressRecord::from_address(transport::encode_record(a), 7);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->rank, 7);
+  EXPECT_EQ(r->host, "node-b");
+  EXPECT_EQ(r->pid, 4242);
+  EXPECT_FALSE(r->inside());
+  EXPECT_EQ(r->done, 0u);
+  const auto again = ProgressRecord::decode(r->encode());
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->pid, 4242);
+  EXPECT_FALSE(ProgressRecord::from_address("tandem-addr-1\nold", 7).has_value());
+  EXPECT_FALSE(ProgressRecord::from_address(record(7, 1, 0).encode(), 7).has_value());
+  std::vector<std::optional<ProgressRecord>> rs = {record(0, 1, 0), *r};
+  rs[1]->rank = 1;
+  const auto text = diagnose(rs);
+  ASSERT_TRUE(text.has_value());
+  EXPECT_TRUE(contains(*text, "rank 1 never entered it (completed no collective)")) << *text;
 }
 
 TEST(Diagnose, MismatchedCallsAreShownSideBySide) {
