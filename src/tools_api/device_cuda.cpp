@@ -1,3 +1,7 @@
+// tandem-perf's CUDA device memory: built into the plugin libtandem_tools_cuda.so, which
+// tools_api/device.cpp loads at the first --device cuda, so that tandem-perf itself links no
+// CUDA library and starts as fast as the other tools.
+
 #include "gpu/cuda.hpp"
 #include "tools_api/device.hpp"
 
@@ -5,14 +9,12 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
 #include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
 
 namespace tandem::tools_api {
-namespace {
 
 class CudaMemory final : public DeviceMemory {
  public:
@@ -67,17 +69,11 @@ class CudaMemory final : public DeviceMemory {
   std::vector<gpu::DeviceMemory> blocks_;
 };
 
-}  // namespace
-
-std::unique_ptr<DeviceMemory> open_device(std::string_view spec, int local_rank) {
-  int index = local_rank;
-  if (spec.starts_with("cuda:")) {
-    const std::string_view n = spec.substr(5);
-    const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), index);
-    TANDEM_CHECK_ARG(ec == std::errc() && end == n.data() + n.size() && index >= 0,
-                     "--device {}: write cuda:N with N a device number", spec);
-  }
-  return std::make_unique<CudaMemory>(Device::cuda(index));
-}
-
 }  // namespace tandem::tools_api
+
+// The plugin's one entry point (tools_api/device.cpp loads it by this name): the memory of CUDA
+// device `index`, owned by the caller.
+extern "C" __attribute__((visibility("default"))) tandem::tools_api::DeviceMemory*
+tandem_tools_open_cuda(int index) {
+  return new tandem::tools_api::CudaMemory(tandem::Device::cuda(index));
+}

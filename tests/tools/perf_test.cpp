@@ -251,5 +251,16 @@ TEST(TandemPerf, BadFlagsExit2) {
   }
 }
 
+// --device cuda loads the CUDA plugin beside libtandem_cuda.so at that moment (tandem-perf links
+// no CUDA library): where the plugin is not, the error names the path it looked at.
+TEST(TandemPerf, DeviceCudaNamesAMissingPlugin) {
+  const auto r = run_process({tandem_perf_path(), "--device", "cuda:0", "-b", "8", "-e", "8"},
+                             {"TANDEM_CUDA_LIBRARY=/nonexistent/libtandem_cuda.so"});
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(r.err.find("/nonexistent/libtandem_tools_cuda.so does not exist") !=
+              std::string::npos)
+      << r.err;
+}
+
 }  // namespace
 }  // namespace tandem::testing
