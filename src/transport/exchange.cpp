@@ -174,7 +174,6 @@ std::vector<std::string> allgather_records(int rank, int size, std::string mine,
   have.reserve(static_cast<std::size_t>(size));
   have.push_back(std::move(mine));
   const auto n = static_cast<std::size_t>(size);
-  auto next_check = Clock::now() + kLivenessPoll;
   for (std::size_t d = 1; d < n; d *= 2) {
     const std::size_t count = std::min(have.size(), n - have.size());
     const int to = static_cast<int>((static_cast<std::size_t>(rank) + n - d) % n);
@@ -187,12 +186,12 @@ std::vector<std::string> allgather_records(int rank, int size, std::string mine,
                      "rank {} waited for rank {} in the setup exchange (step {} of {}) until the "
                      "timeout: is that rank stuck or much slower to start?",
                      rank, from, std::countr_zero(d) + 1, std::bit_width(n - 1));
-      if (check_peers && now >= next_check) {
-        check_peers();
-        next_check = now + kLivenessPoll;
+      try {
+        step.poll_once(net::poll_timeout_ms(deadline));
+      } catch (const Error& e) {
+        if (e.code() == ErrorCode::PeerLost && check_peers) check_peers();  // the first loss
+        throw;
       }
-      const Deadline wake = check_peers ? std::min(deadline, next_check) : deadline;
-      step.poll_once(net::poll_timeout_ms(wake));
     }
     decode(step.body(), count, from, have);
   }

@@ -24,8 +24,11 @@ inline constexpr std::size_t kMaxRecordBytes = std::size_t{64} << 10;
 /// Every rank's record, `mine` at `rank`. `fd_of(p)` is a connected non-blocking socket to
 /// each rank p of setup_peers(); nothing else may be read from or written to them meanwhile,
 /// and the exchange reads exactly its own bytes. Throws PeerLost naming a peer that closed its
-/// connection, Internal for a malformed frame, Timeout at `deadline` naming the step and peer;
-/// `check_peers` (when set) runs every kLivenessPoll and throws when a rank is gone.
+/// connection, Internal for a malformed frame, Timeout at `deadline` naming the step and peer.
+/// A rank that dies mid-exchange is seen as a closed connection by the ranks waiting for it,
+/// which fail and close theirs in turn, so the failure reaches every rank without polling;
+/// `check_peers` (when set) runs before a PeerLost is thrown, to name the rank that died
+/// first when the communicator knows it.
 std::vector<std::string> allgather_records(int rank, int size, std::string mine,
                                            const std::function<int(int peer)>& fd_of,
                                            Deadline deadline,

@@ -393,6 +393,7 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
   std::string prefix = options.store_prefix;
   if (prefix.empty())
     prefix = fmt::format("tandem/r{}/world", settings::get_int("TANDEM_RESTART_COUNT"));
+  const std::uint64_t requests_before = store->requests();  // setup's, for the INFO line
   if (size > 1) {
     // Every rank counts the communicators it created under this prefix; the n-th of each
     // rank belong together, so creating a second group over the same store does not read
@@ -417,7 +418,6 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
   }
 
   const auto setup_start = Clock::now();
-  const std::uint64_t requests_before = store->requests();
   if (size > 1) {
     watch_peers(impl->id, impl->rendezvous, std::move(lost_key), mesh_opts);
     try {

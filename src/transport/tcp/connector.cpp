@@ -458,19 +458,24 @@ std::vector<PeerSockets> Connector::connect(std::span<const int> peers, Deadline
     return std::all_of(peers.begin(), peers.end(),
                        [&](int p) { return at(p).phase == Phase::connected; });
   };
-  auto next_check = begin + kLivenessPoll;
+  // A lower peer's connection that has not begun within kLivenessPoll is dialed from here too:
+  // a peer that died is refused at once, a slow one keeps its own (the lower rank's) connection.
+  bool dialed_lower = false;
+  const auto dial_lower_at = begin + kLivenessPoll;
   std::uint64_t failures_checked = failed_dials_;
   for (;;) {
     const auto now = Clock::now();
+    if (!dialed_lower && now >= dial_lower_at) {
+      dialed_lower = true;
+      for (int p : peers)
+        if (p < rank_) dial(p);
+    }
     Clock::time_point wake = start_due(now, deadline);
     if (whole() || now >= deadline) break;
-    if (check_peers) {
-      if (now >= next_check || failed_dials_ != failures_checked) {
-        failures_checked = failed_dials_;
-        check_peers();  // a rank that died will never connect
-        next_check = now + kLivenessPoll;
-      }
-      wake = std::min(wake, next_check);
+    if (!dialed_lower) wake = std::min(wake, dial_lower_at);
+    if (check_peers && failed_dials_ != failures_checked) {
+      failures_checked = failed_dials_;
+      check_peers();  // a refused or reset dial: most likely the peer died
     }
     pump(net::poll_timeout_ms(wake));
   }

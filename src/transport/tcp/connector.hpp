@@ -109,11 +109,11 @@ class Connector {
   std::string status(int peer) const;
 
   /// Connects `peers`: dials those above this rank, waits for those below to dial (as setup
-  /// does on both sides). Returns their sockets in the order of `peers`. Throws
-  /// Error(Timeout) at `deadline` naming the connections still missing and why;
-  /// `check_peers` (when set) runs every kLivenessPoll meanwhile, and at once after a dial
-  /// failed (a refused or reset dial most likely means that the peer died), and throws when
-  /// a rank is gone.
+  /// does on both sides), and dials those below too whose connection has not begun within
+  /// kLivenessPoll (the lower rank's connection is still the one kept when both arrive).
+  /// Returns their sockets in the order of `peers`. Throws Error(Timeout) at `deadline` naming
+  /// the connections still missing and why; `check_peers` (when set) runs after a dial failed
+  /// (refused or reset: most likely the peer died) and throws when a rank is gone.
   std::vector<PeerSockets> connect(std::span<const int> peers, Deadline deadline,
                                    const std::function<void()>& check_peers);
 

@@ -251,5 +251,35 @@ TEST(ConnectOnDemand, ARefusedDialMarksThePeerGoneOnceSetupIsOver) {
       << me.connector().status(1);
 }
 
+// Setup's connect() waits for a lower peer to dial, and dials it too once kLivenessPoll has
+// passed: a lower peer that died after publishing its address is refused, and only that
+// failure asks check_peers (the store) whether a rank is gone.
+TEST(ConnectOnDemand, SetupDialsALowerPeerThatNeverDialsAndAsksOnlyOnFailure) {
+  tcp::Context me(2, 3, "127.0.0.1", "tok");
+  std::uint16_t dead_port = 0;
+  {
+    tcp::Context gone(1, 3, "127.0.0.1", "tok");
+    dead_port = gone.port();
+  }
+  me.connector().set_target(1, {"127.0.0.1", dead_port, 1, true});
+  int checks = 0;
+  std::string first_status;
+  const int peers[] = {1};
+  try {
+    me.connector().connect(peers, deadline_in(30s), [&] {
+      if (++checks == 1) first_status = me.connector().status(1);
+      if (checks == 2) TANDEM_THROW(ErrorCode::PeerLost, "rank 1 is gone (the test's store)");
+    });
+    ADD_FAILURE() << "connected to a rank that is not there";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::PeerLost) << e.what();
+  }
+  // The first check came with a failed dial of this rank's (not from waiting), the second
+  // with the retry's.
+  EXPECT_EQ(checks, 2);
+  EXPECT_NE(first_status.find("connecting to rank 1"), std::string::npos) << first_status;
+  EXPECT_NE(first_status.find("refused"), std::string::npos) << first_status;
+}
+
 }  // namespace
 }  // namespace tandem::transport::test
