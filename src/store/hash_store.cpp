@@ -21,19 +21,22 @@ struct HashStore::Impl {
     return out;
   }
 
+  // Waits (lock held) until `done()` holds or the deadline passes; returns done().
+  template <class Done>
+  bool wait_until(std::unique_lock<std::mutex>& lock, Deadline deadline, Done done) {
+    if (deadline == Deadline::max()) {
+      changed.wait(lock, done);
+      return true;
+    }
+    return changed.wait_until(lock, deadline, done);
+  }
+
   // Waits (lock held) until every key exists or the deadline passes; returns the keys still
   // missing (empty on success).
   std::vector<std::string> wait_for(std::unique_lock<std::mutex>& lock,
                                     std::span<const std::string> keys, Deadline deadline) {
-    for (;;) {
-      auto miss = missing(keys);
-      if (miss.empty()) return miss;
-      if (deadline == Deadline::max()) {
-        changed.wait(lock);
-      } else if (changed.wait_until(lock, deadline) == std::cv_status::timeout) {
-        return missing(keys);
-      }
-    }
+    wait_until(lock, deadline, [&] { return missing(keys).empty(); });
+    return missing(keys);
   }
 };
 
@@ -122,23 +125,17 @@ KeysOrStop HashStore::multi_get_or_stop(std::span<const std::string> keys,
   KeysOrStop out;
   const std::string stop(stop_key);
   std::unique_lock lock(impl_->mu);
-  for (bool timed_out = false;;) {
-    if (impl_->missing(keys).empty()) {
-      out.values.reserve(keys.size());
-      for (const auto& k : keys) out.values.push_back(impl_->map.at(k));
-      return out;
-    }
-    if (auto it = impl_->map.find(stop); !stop.empty() && it != impl_->map.end()) {
-      out.stop = it->second;
-      return out;
-    }
-    if (timed_out)
-      throw_wait_timeout("HashStore multi_get_or_stop", impl_->missing(keys), Clock::now() - start);
-    if (deadline == Deadline::max())
-      impl_->changed.wait(lock);
-    else
-      timed_out = impl_->changed.wait_until(lock, deadline) == std::cv_status::timeout;
+  const auto stopped = [&] { return !stop.empty() && impl_->map.contains(stop); };
+  impl_->wait_until(lock, deadline, [&] { return impl_->missing(keys).empty() || stopped(); });
+  if (impl_->missing(keys).empty()) {  // the values win
+    out.values.reserve(keys.size());
+    for (const auto& k : keys) out.values.push_back(impl_->map.at(k));
+  } else if (stopped()) {
+    out.stop = impl_->map.at(stop);
+  } else {
+    throw_wait_timeout("HashStore multi_get_or_stop", impl_->missing(keys), Clock::now() - start);
   }
+  return out;
 }
 
 bool HashStore::check(std::span<const std::string> keys) {

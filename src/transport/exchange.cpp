@@ -167,8 +167,7 @@ std::vector<int> setup_peers(int rank, int size) {
 
 std::vector<std::string> allgather_records(int rank, int size, std::string mine,
                                            const std::function<int(int peer)>& fd_of,
-                                           Deadline deadline,
-                                           const std::function<void()>& check_peers) {
+                                           Deadline deadline) {
   // have[i] is the record of rank (rank + i) mod size.
   std::vector<std::string> have;
   have.reserve(static_cast<std::size_t>(size));
@@ -186,12 +185,7 @@ std::vector<std::string> allgather_records(int rank, int size, std::string mine,
                      "rank {} waited for rank {} in the setup exchange (step {} of {}) until the "
                      "timeout: is that rank stuck or much slower to start?",
                      rank, from, std::countr_zero(d) + 1, std::bit_width(n - 1));
-      try {
-        step.poll_once(net::poll_timeout_ms(deadline));
-      } catch (const Error& e) {
-        if (e.code() == ErrorCode::PeerLost && check_peers) check_peers();  // the first loss
-        throw;
-      }
+      step.poll_once(net::poll_timeout_ms(deadline));
     }
     decode(step.body(), count, from, have);
   }

@@ -26,12 +26,11 @@ inline constexpr std::size_t kMaxRecordBytes = std::size_t{64} << 10;
 /// and the exchange reads exactly its own bytes. Throws PeerLost naming a peer that closed its
 /// connection, Internal for a malformed frame, Timeout at `deadline` naming the step and peer.
 /// A rank that dies mid-exchange is seen as a closed connection by the ranks waiting for it,
-/// which fail and close theirs in turn, so the failure reaches every rank without polling;
-/// `check_peers` (when set) runs before a PeerLost is thrown, to name the rank that died
-/// first when the communicator knows it.
+/// which fail and close theirs in turn, so the failure reaches every rank without asking the
+/// store. (Asking it then could name one of those ranks: the store records the first
+/// disconnect it handles, not the first death.)
 std::vector<std::string> allgather_records(int rank, int size, std::string mine,
                                            const std::function<int(int peer)>& fd_of,
-                                           Deadline deadline,
-                                           const std::function<void()>& check_peers);
+                                           Deadline deadline);
 
 }  // namespace tandem::transport

@@ -208,9 +208,10 @@ struct MeshOptions {
   /// Appended to this rank's PeerInfo::host_id: ranks with different labels are different
   /// hosts (tcp between them) even on one machine. Empty: the real host only.
   std::string host_label;
-  /// Called every kLivenessPoll while setup waits for peers: throws Error(PeerLost) when a
-  /// rank is known to be gone (the communicator asks the store). Empty: setup waits for the
-  /// peers until connect_timeout.
+  /// Throws Error(PeerLost) when a rank is known to be gone (the communicator asks the store).
+  /// Setup calls it after a failed dial, before a lost connection is reported, and every
+  /// kLivenessPoll where no socket would tell (the host peers' segment attach); the mesh, while
+  /// it dials a peer on demand. Empty: setup waits for the peers until connect_timeout.
   std::function<void()> check_peers;
   /// Reads keys of the setup store as Store::multi_get() does, but throws Error(PeerLost) as
   /// soon as a rank is known to be gone, in one store request however long it waits (the
@@ -219,7 +220,8 @@ struct MeshOptions {
   ReadKeys read_keys;
 };
 
-/// How often setup asks check_peers whether a rank is gone while it waits.
+/// How often a wait that no socket ends asks check_peers whether a rank is gone, and how long
+/// setup waits for a lower peer's connection before it dials that peer itself.
 inline constexpr auto kLivenessPoll = std::chrono::milliseconds(250);
 
 /// How often a rank of a group of `size` asks the store whether a rank is gone while it

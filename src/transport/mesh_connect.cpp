@@ -210,15 +210,15 @@ FirstContact first_contact(store::Store& store, int rank, int size, const RankRe
         const auto at = std::lower_bound(c.peers.begin(), c.peers.end(), p) - c.peers.begin();
         return c.sockets[static_cast<std::size_t>(at)].control.get();
       },
-      deadline, options.check_peers);
+      deadline);
   for (int p = 0; p < size; ++p)
     if (p != rank) c.records[static_cast<std::size_t>(p)] = decode_record(all[p], p);
   testing::setup_step("exchanged records");
   return c;
 }
 
-// `options` with check_peers asking the store at most every liveness_period(size): the loops
-// of setup and of the mesh call it every kLivenessPoll.
+// `options` with check_peers asking the store at most every liveness_period(size): the waits
+// that poll it (the segment attach, a dial on demand) call it every kLivenessPoll.
 MeshOptions paced(const MeshOptions& options, int size) {
   MeshOptions opts = options;
   const auto period = liveness_period(size);

@@ -233,8 +233,8 @@ void apply_tuning(Communicator::Impl& impl) {
 
 // A rank that dies during setup never publishes what the others wait for. Its store
 // connection closes, though: the store server sets lost_key then (if the store can). Setup's
-// store reads end at once when it is set (read_keys), its other waits look at it every
-// kLivenessPoll (check_peers).
+// store reads end at once when it is set (read_keys); its other waits ask for it (check_peers)
+// when a dial or a connection fails, or where no socket would tell (transport::MeshOptions).
 void watch_peers(const Identity& id, Rendezvous& rdv, std::string lost_key,
                  transport::MeshOptions& mesh_opts) {
   if (lost_key.empty()) {

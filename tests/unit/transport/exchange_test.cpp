@@ -90,7 +90,7 @@ TEST(AllgatherRecords, EveryRankGetsEveryRecordAtEverySize) {
       threads.emplace_back([&, r] {
         try {
           got[static_cast<std::size_t>(r)] = allgather_records(
-              r, n, record_of(r), [&](int p) { return w.fd(r, p); }, deadline_in(60s), {});
+              r, n, record_of(r), [&](int p) { return w.fd(r, p); }, deadline_in(60s));
         } catch (const Error& e) {
           ADD_FAILURE() << "rank " << r << " of " << n << ": " << e.what();
         }
@@ -111,7 +111,8 @@ TEST(AllgatherRecords, APeerThatClosesOrSendsJunkIsNamed) {
     Wires w(2);
     w.fds.erase({1, 0});  // rank 1 is gone: its end is closed
     const Error e = expect_error([&] {
-      allgather_records(0, 2, "x", [&](int p) { return w.fd(0, p); }, deadline_in(10s), {});
+      allgather_records(
+          0, 2, "x", [&](int p) { return w.fd(0, p); }, deadline_in(10s));
     });
     EXPECT_EQ(e.code(), ErrorCode::PeerLost) << e.what();
     EXPECT_NE(e.message().find("rank 1"), std::string::npos) << e.what();
@@ -121,7 +122,8 @@ TEST(AllgatherRecords, APeerThatClosesOrSendsJunkIsNamed) {
     const std::string junk(64, 'j');
     ASSERT_EQ(::write(w.fd(1, 0), junk.data(), junk.size()), 64);
     const Error e = expect_error([&] {
-      allgather_records(0, 2, "x", [&](int p) { return w.fd(0, p); }, deadline_in(10s), {});
+      allgather_records(
+          0, 2, "x", [&](int p) { return w.fd(0, p); }, deadline_in(10s));
     });
     EXPECT_EQ(e.code(), ErrorCode::Internal) << e.what();
     EXPECT_NE(e.message().find("rank 1"), std::string::npos) << e.what();
@@ -135,14 +137,16 @@ TEST(AllgatherRecords, APeerThatClosesOrSendsJunkIsNamed) {
     } head;
     ASSERT_EQ(::write(w.fd(1, 0), &head, sizeof head), static_cast<ssize_t>(sizeof head));
     const Error e = expect_error([&] {
-      allgather_records(0, 2, "x", [&](int p) { return w.fd(0, p); }, deadline_in(10s), {});
+      allgather_records(
+          0, 2, "x", [&](int p) { return w.fd(0, p); }, deadline_in(10s));
     });
     EXPECT_EQ(e.code(), ErrorCode::Internal) << e.what();
   }
   {
     Wires w(2);  // rank 1 never answers
     const Error e = expect_error([&] {
-      allgather_records(0, 2, "x", [&](int p) { return w.fd(0, p); }, deadline_in(200ms), {});
+      allgather_records(
+          0, 2, "x", [&](int p) { return w.fd(0, p); }, deadline_in(200ms));
     });
     EXPECT_EQ(e.code(), ErrorCode::Timeout) << e.what();
     EXPECT_NE(e.message().find("rank 1"), std::string::npos) << e.what();
