@@ -52,12 +52,28 @@ std::string_view to_string(DataType t) noexcept;
 /// ("float", "float32", "double", "half", "bfloat16", "int32", "int64", "int8", "uint8").
 std::optional<DataType> parse_dtype(std::string_view name) noexcept;
 
-/// Reduction operation. avg is sum followed by division by the number of ranks.
-enum class ReduceOp : std::uint8_t { sum, prod, min, max, avg };
+/// Reduction operation. avg is sum followed by division by the number of ranks (integers
+/// truncate toward zero, as NCCL's ncclAvg does). band, bor and bxor are the bitwise and, or
+/// and exclusive or of integers (Gloo's BAND, BOR, BXOR); they do not apply to floating types.
+enum class ReduceOp : std::uint8_t { sum, prod, min, max, avg, band, bor, bxor };
 
-/// Every ReduceOp, in declaration order.
+/// The arithmetic ReduceOps, which apply to every DataType, in declaration order.
 inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min,
                                              ReduceOp::max, ReduceOp::avg};
+
+/// The bitwise ReduceOps, which apply to the integer DataTypes only.
+inline constexpr ReduceOp kBitwiseReduceOps[] = {ReduceOp::band, ReduceOp::bor, ReduceOp::bxor};
+
+/// True for band, bor and bxor.
+constexpr bool is_bitwise(ReduceOp op) noexcept {
+  return op == ReduceOp::band || op == ReduceOp::bor || op == ReduceOp::bxor;
+}
+
+/// True when `op` applies to elements of `dtype`: every op to integers, the arithmetic ones
+/// to floating types.
+constexpr bool applies_to(ReduceOp op, DataType dtype) noexcept {
+  return !is_bitwise(op) || !is_floating(dtype);
+}
 
 std::string_view to_string(ReduceOp op) noexcept;
 std::optional<ReduceOp> parse_reduce_op(std::string_view name) noexcept;

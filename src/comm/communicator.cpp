@@ -87,7 +87,13 @@ comm::Op make_op(const Impl& impl, CollectiveKind kind, const BufferView& in, co
   x.shape_print = algorithms::fingerprint_shape(kind, x.shape_dtype, x.shape_count, root);
   // Buffers on a device go to the device backend (validate() checked that both are on one).
   x.device = c.in.device.is_cpu() ? c.out.device : c.in.device;
-  if (!x.device.is_cpu()) return x;
+  if (!x.device.is_cpu()) {
+    TANDEM_CHECK_ARG(!is_bitwise(op),
+                     "{}: ReduceOp::{} of buffers on {}: the device backends have no bitwise "
+                     "reductions (NCCL has none); reduce a copy in host memory",
+                     to_string(kind), to_string(op), x.device.str());
+    return x;
+  }
   if (impl.id.size == 1) {
     if (!o.algorithm.empty() && algorithms::Registry::builtin().find(kind, o.algorithm) == nullptr)
       impl.config.policy.choose(algorithms::Registry::builtin(), c, 1, o.algorithm);  // throws

@@ -146,6 +146,27 @@ struct OpMax {
   }
 };
 
+struct OpAnd {
+  template <class D, class V>
+  HWY_INLINE V operator()(D, V a, V b) const {
+    return hn::And(a, b);
+  }
+};
+
+struct OpOr {
+  template <class D, class V>
+  HWY_INLINE V operator()(D, V a, V b) const {
+    return hn::Or(a, b);
+  }
+};
+
+struct OpXor {
+  template <class D, class V>
+  HWY_INLINE V operator()(D, V a, V b) const {
+    return hn::Xor(a, b);
+  }
+};
+
 // a / divisor (b unused): the last step of avg for floating types.
 template <class T>
 struct OpDivide {
@@ -335,6 +356,10 @@ void reduce_float(void* dst, const void* a, const void* b, std::size_t n, Reduce
       return run<T>(dst, a, b, n, stream, NativeStep<T, OpMin>{});
     case ReduceOp::max:
       return run<T>(dst, a, b, n, stream, NativeStep<T, OpMax>{});
+    case ReduceOp::band:  // not for floating types (applies_to() is false): nothing to do
+    case ReduceOp::bor:
+    case ReduceOp::bxor:
+      return;
   }
 }
 
@@ -351,6 +376,10 @@ void reduce_half(void* dst, const void* a, const void* b, std::size_t n, ReduceO
       return run<U>(dst, a, b, n, stream, Step<OpMin>{});
     case ReduceOp::max:
       return run<U>(dst, a, b, n, stream, Step<OpMax>{});
+    case ReduceOp::band:  // not for floating types (applies_to() is false): nothing to do
+    case ReduceOp::bor:
+    case ReduceOp::bxor:
+      return;
   }
 }
 
@@ -371,6 +400,12 @@ void reduce_int(void* dst, const void* a, const void* b, std::size_t n, ReduceOp
       return run<T>(dst, a, b, n, stream, NativeStep<T, OpMin>{});
     case ReduceOp::max:
       return run<T>(dst, a, b, n, stream, NativeStep<T, OpMax>{});
+    case ReduceOp::band:
+      return run<U>(dst, a, b, n, stream, NativeStep<U, OpAnd>{});
+    case ReduceOp::bor:
+      return run<U>(dst, a, b, n, stream, NativeStep<U, OpOr>{});
+    case ReduceOp::bxor:
+      return run<U>(dst, a, b, n, stream, NativeStep<U, OpXor>{});
   }
 }
 

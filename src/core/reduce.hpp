@@ -13,7 +13,9 @@ namespace tandem::core {
 /// ReduceOp::avg reduces as sum (divide() finishes it).
 /// - integers: sum and prod wrap modulo 2^bits (two's complement), as NCCL and Gloo do;
 /// - floating min/max return NaN when either input is NaN (as torch.minimum/maximum);
-/// - f16/bf16: widened to f32, reduced, rounded back to nearest even (NaN stays NaN).
+/// - f16/bf16: widened to f32, reduced, rounded back to nearest even (NaN stays NaN);
+/// - band/bor/bxor: integers only; for a floating `dtype` (applies_to() is false) dst is left as
+///   it is, and callers validate before they get here.
 void reduce(void* dst, const void* a, const void* b, std::size_t count, DataType dtype,
             ReduceOp op) noexcept;
 

@@ -31,6 +31,10 @@ F scalar_float(F x, F y, ReduceOp op) noexcept {
       return std::isnan(x) ? x : std::isnan(y) ? y : x < y ? x : y;
     case ReduceOp::max:
       return std::isnan(x) ? x : std::isnan(y) ? y : x > y ? x : y;
+    case ReduceOp::band:  // not for floating types (applies_to() is false): x unchanged
+    case ReduceOp::bor:
+    case ReduceOp::bxor:
+      break;
   }
   return x;
 }
@@ -51,6 +55,12 @@ T scalar_int(T x, T y, ReduceOp op) noexcept {
       return x < y ? x : y;
     case ReduceOp::max:
       return x > y ? x : y;
+    case ReduceOp::band:
+      return static_cast<T>(x & y);
+    case ReduceOp::bor:
+      return static_cast<T>(x | y);
+    case ReduceOp::bxor:
+      return static_cast<T>(x ^ y);
   }
   return x;
 }

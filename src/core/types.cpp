@@ -73,12 +73,20 @@ std::string_view to_string(ReduceOp op) noexcept {
       return "max";
     case ReduceOp::avg:
       return "avg";
+    case ReduceOp::band:
+      return "band";
+    case ReduceOp::bor:
+      return "bor";
+    case ReduceOp::bxor:
+      return "bxor";
   }
   return "unknown";
 }
 
 std::optional<ReduceOp> parse_reduce_op(std::string_view name) noexcept {
   for (ReduceOp op : kAllReduceOps)
+    if (iequals(to_string(op), name)) return op;
+  for (ReduceOp op : kBitwiseReduceOps)
     if (iequals(to_string(op), name)) return op;
   if (iequals(name, "product")) return ReduceOp::prod;
   if (iequals(name, "mean") || iequals(name, "average")) return ReduceOp::avg;

@@ -49,6 +49,12 @@ __device__ W apply(W x, W y, ReduceOp op) {
         return x < y ? x : y;
       case ReduceOp::max:
         return x > y ? x : y;
+      case ReduceOp::band:
+        return x & y;
+      case ReduceOp::bor:
+        return x | y;
+      case ReduceOp::bxor:
+        return x ^ y;
       default:  // sum, avg
         return static_cast<W>(static_cast<U>(x) + static_cast<U>(y));
     }

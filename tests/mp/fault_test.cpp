@@ -426,9 +426,21 @@ TEST(InvalidArguments, RejectedBeforeTouchingPeers) {
           gpu.device = Device::cuda(0);
           expect_invalid([&] { comm->allreduce(gpu, f8, ReduceOp::sum); },
                          "allreduce: in is on cuda:0 but out on cpu");
+          std::vector<std::int32_t> ints(8, 1);
+          BufferView gpu_ints = BufferView::of(std::span<std::int32_t>(ints));
+          gpu_ints.device = Device::cuda(0);
+          expect_invalid([&] { comm->allreduce(gpu_ints, ReduceOp::bxor); },
+                         "the device backends have no bitwise reductions");
           gpu.device.index = -1;
           expect_invalid([&] { comm->allreduce(gpu, ReduceOp::sum); },
                          "a CUDA buffer names its device");
+          expect_invalid([&] { comm->allreduce(f8, ReduceOp::band); },
+                         "allreduce: ReduceOp::band is a bitwise operation and f32 is a floating "
+                         "type");
+          expect_invalid([&] { comm->reduce_scatter(b16, f8, ReduceOp::bor); }, "bitwise");
+          expect_invalid([&] { comm->reduce(d8, d8, ReduceOp::bxor, 0); }, "f64");
+          expect_invalid([&] { comm->allreduce(f8, static_cast<ReduceOp>(9)); },
+                         "ReduceOp has the invalid value 9");
           expect_invalid(
               [&] { comm->allreduce(BufferView::raw(nullptr, 3, DataType::f32), ReduceOp::sum); },
               "in.data is null but in.count is 3");

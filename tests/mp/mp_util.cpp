@@ -169,7 +169,10 @@ double reduce_input(ReduceOp op, DataType t, int rank, std::size_t i, std::uint3
       return (v % 2 == 1 && !is_unsigned) ? -1 : 1;
     }
     case ReduceOp::min:
-    case ReduceOp::max: {
+    case ReduceOp::max:
+    case ReduceOp::band:  // integers only
+    case ReduceOp::bor:
+    case ReduceOp::bxor: {
       const auto v = static_cast<int>(mix(r, i, seed) % 41);  // 0..40
       return is_unsigned ? v : v - 20;
     }

@@ -13,7 +13,8 @@ namespace tandem::testing {
 /// `op` over the inputs of ranks 0..world-1 (`input(r)`), folded in rank order; avg divides once
 /// at the end as the collectives do: in the element's precision for f32, f16 and bf16 (rounded
 /// once), truncating toward zero for integers. The inputs must keep every partial result exact
-/// in double (small integers do).
+/// in double (small integers do); bitwise ops take integer inputs of the element's range (the
+/// bits of a negative one are its two's complement, sign-extended).
 template <class Input>
 double reference_reduce(ReduceOp op, DataType t, int world, Input&& input) {
   double acc = input(0);
@@ -32,6 +33,15 @@ double reference_reduce(ReduceOp op, DataType t, int world, Input&& input) {
         break;
       case ReduceOp::max:
         acc = std::max(acc, v);
+        break;
+      case ReduceOp::band:  // on the integers' two's complement bits
+        acc = static_cast<double>(static_cast<std::int64_t>(acc) & static_cast<std::int64_t>(v));
+        break;
+      case ReduceOp::bor:
+        acc = static_cast<double>(static_cast<std::int64_t>(acc) | static_cast<std::int64_t>(v));
+        break;
+      case ReduceOp::bxor:
+        acc = static_cast<double>(static_cast<std::int64_t>(acc) ^ static_cast<std::int64_t>(v));
         break;
     }
   }

@@ -31,6 +31,10 @@ double reduce_in_dtype(ReduceOp op, DataType t, int world, std::size_t i) {
       case ReduceOp::max:
         store(acc, 0, std::max(a, b));
         break;
+      case ReduceOp::band:  // not in kAllReduceOps
+      case ReduceOp::bor:
+      case ReduceOp::bxor:
+        break;
     }
   }
   double v = load(acc, 0);

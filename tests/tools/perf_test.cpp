@@ -126,6 +126,15 @@ TEST(TandemPerf, EveryDtypeAndOp) {
   expect_all_correct(run, 8 * 5 * 2, true);
 }
 
+TEST(TandemPerf, BitwiseOpsOnEveryIntegerDtype) {
+  for (const char* op : {"band", "bor", "bxor"})
+    for (const char* dtype : {"i8", "u8", "i32", "i64"}) {
+      const auto run = run_perf(3, {"-c", "allreduce", "-d", dtype, "-o", op, "-b", "64", "-e",
+                                    "64K", "-f", "1024", "-n", "2", "-w", "0"});
+      expect_all_correct(run, 2, true);
+    }
+}
+
 TEST(TandemPerf, TcpTransportAndJson) {
   TempDir dir;
   const std::string json = dir.file("rows.json");
@@ -240,6 +249,7 @@ TEST(TandemPerf, BadFlagsExit2) {
                                                {"-b", "1M", "-e", "1K"},
                                                {"-d", "f8"},
                                                {"-o", "xor"},
+                                               {"-o", "band", "-d", "f32"},
                                                {"-n", "0"},
                                                {"-f", "1"},
                                                {"--bogus"}}) {

@@ -62,7 +62,8 @@ std::vector<ReduceOp> parse_ops(const std::string& text) {
   if (text == "all") return {std::begin(kAllReduceOps), std::end(kAllReduceOps)};
   const auto op = parse_reduce_op(text);
   if (!op)
-    throw BadValue(fmt::format("-o '{}': unknown op; use sum, prod, min, max, avg or all", text));
+    throw BadValue(fmt::format(
+        "-o '{}': unknown op; use sum, prod, min, max, avg, band, bor, bxor or all", text));
   return {*op};
 }
 
@@ -83,7 +84,10 @@ void add_flags(CLI::App& app, RawFlags& raw, PerfOptions& o) {
       ->capture_default_str();
   app.add_option("-d,--datatype", raw.dtype, "f32, f64, f16, bf16, i8, u8, i32, i64 or all")
       ->capture_default_str();
-  app.add_option("-o,--op", raw.op, "sum, prod, min, max, avg or all")->capture_default_str();
+  app.add_option(
+         "-o,--op", raw.op,
+         "sum, prod, min, max, avg, band, bor, bxor (integer dtypes) or all (the first five)")
+      ->capture_default_str();
   app.add_option("-r,--root", o.root, "Root of broadcast and reduce")->capture_default_str();
   app.add_option("-n,--iters", o.iters, "Timed iterations per size")->capture_default_str();
   app.add_option("-w,--warmup_iters,--warmup-iters", o.warmup, "Untimed iterations before them")
@@ -139,6 +143,13 @@ void finish(const CLI::App& app, const RawFlags& raw, PerfOptions& o) {
   if (!(o.factor < 1e6)) throw BadValue(fmt::format("-f {}: too large", o.factor));
   o.dtypes = parse_dtypes(raw.dtype);
   o.ops = parse_ops(raw.op);
+  for (ReduceOp op : o.ops)
+    for (DataType t : o.dtypes)
+      if (!applies_to(op, t))
+        throw BadValue(
+            fmt::format("-o {} -d {}: {} is a bitwise op, for integer dtypes (-d i8, "
+                        "u8, i32 or i64)",
+                        to_string(op), to_string(t), to_string(op)));
   if (o.iters < 1 || o.iters > 1000000)
     throw BadValue(fmt::format("-n {}: use 1 to 1000000 iterations", o.iters));
   if (o.warmup < 0 || o.warmup > 1000000)

@@ -81,6 +81,9 @@ double reduce_input(ReduceOp op, DataType t, int rank, int world, std::size_t i)
       return r == i % n ? 2 : 1;
     case ReduceOp::min:
     case ReduceOp::max:
+    case ReduceOp::band:  // integers only
+    case ReduceOp::bor:
+    case ReduceOp::bxor:
       return static_cast<double>((r * 7 + i * 3) % 11) - (u ? 0 : 5);
     case ReduceOp::avg: {
       // base + d(rank) with d summing to zero over the ranks: the sum is world * base, so
@@ -110,6 +113,15 @@ double reduce_expected(ReduceOp op, DataType t, int world, std::size_t i) noexce
         break;
       case ReduceOp::max:
         acc = std::max(acc, v);
+        break;
+      case ReduceOp::band:
+        acc = static_cast<double>(static_cast<std::int64_t>(acc) & static_cast<std::int64_t>(v));
+        break;
+      case ReduceOp::bor:
+        acc = static_cast<double>(static_cast<std::int64_t>(acc) | static_cast<std::int64_t>(v));
+        break;
+      case ReduceOp::bxor:
+        acc = static_cast<double>(static_cast<std::int64_t>(acc) ^ static_cast<std::int64_t>(v));
         break;
       default:
         break;

@@ -69,14 +69,23 @@ void check_count(std::string_view coll, std::string_view name, std::size_t have,
     explain_count(coll, name, have, want, rule);
 }
 
-[[noreturn, gnu::cold]] void explain_op(std::string_view coll, ReduceOp op) {
-  TANDEM_THROW(ErrorCode::InvalidArgument, "{}: ReduceOp has the invalid value {}", coll,
-               static_cast<unsigned>(op));
+[[noreturn, gnu::cold]] void explain_op(std::string_view coll, ReduceOp op, DataType dtype) {
+  if (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::bxor))
+    TANDEM_THROW(ErrorCode::InvalidArgument, "{}: ReduceOp has the invalid value {}", coll,
+                 static_cast<unsigned>(op));
+  TANDEM_THROW(ErrorCode::InvalidArgument,
+               "{}: ReduceOp::{} is a bitwise operation and {} is a floating type; bitwise "
+               "operations reduce integers (i8, u8, i32, i64): reduce the raw bits as an integer "
+               "view of the buffer, or use sum, prod, min, max or avg",
+               coll, to_string(op), to_string(dtype));
 }
 
-void check_op(std::string_view coll, ReduceOp op) {
-  if (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::avg)) [[unlikely]]
-    explain_op(coll, op);
+// The dtype is checked by check_view; an op that does not apply to it is refused here.
+void check_op(std::string_view coll, ReduceOp op, DataType dtype) {
+  if (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::avg) &&
+      (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::bxor) || is_floating(dtype)))
+      [[unlikely]]
+    explain_op(coll, op, dtype);
 }
 
 void check_root(std::string_view coll, std::string_view what, int root, int size) {
@@ -115,7 +124,7 @@ void validate(const Call& c, int rank, int size) {
   const auto world = static_cast<std::size_t>(size);
   switch (c.kind) {
     case CollectiveKind::allreduce:
-      check_op(coll, c.op);
+      check_op(coll, c.op, c.in.dtype);
       check_view(coll, "in", c.in);
       check_view(coll, "out", c.out);
       check_alike(coll, c.in, c.out);
@@ -133,7 +142,7 @@ void validate(const Call& c, int rank, int size) {
       }
       return;
     case CollectiveKind::reduce:
-      check_op(coll, c.op);
+      check_op(coll, c.op, c.in.dtype);
       check_root(coll, "root", c.root, size);
       check_view(coll, "in", c.in);
       if (rank == c.root) {
@@ -174,7 +183,7 @@ void validate(const Call& c, int rank, int size) {
       return;
     }
     case CollectiveKind::reduce_scatter:
-      check_op(coll, c.op);
+      check_op(coll, c.op, c.in.dtype);
       check_view(coll, "in", c.in);
       check_view(coll, "out", c.out);
       check_alike(coll, c.in, c.out);

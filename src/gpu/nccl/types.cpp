@@ -38,6 +38,10 @@ ncclRedOp_t nccl_op(ReduceOp op, DataType dtype) noexcept {
       return ncclMax;
     case ReduceOp::avg:
       return divides_after(op, dtype) ? ncclSum : ncclAvg;
+    case ReduceOp::band:  // NCCL has no bitwise reductions: the communicator refuses them
+    case ReduceOp::bor:   // for device buffers before a backend sees them
+    case ReduceOp::bxor:
+      break;
   }
   return ncclNumOps;  // unreachable: validate() checked the op
 }

@@ -83,10 +83,17 @@ std::vector<Case> make_cases(CollectiveKind kind, int n) {
   };
   // Every dtype x op for a few counts (roots cycled).
   const std::size_t few[] = {0, 1, static_cast<std::size_t>(n) + 1, 1000};
-  for (DataType dt : kAllDataTypes)
+  std::vector<ReduceOp> bitwise;
+  if (reduces(kind)) bitwise.assign(std::begin(kBitwiseReduceOps), std::end(kBitwiseReduceOps));
+  for (DataType dt : kAllDataTypes) {
     for (ReduceOp op : ops)
       for (std::size_t count : few)
         for (bool in_place : {false, true}) add(dt, op, count, in_place, roots[seq % roots.size()]);
+    if (is_floating(dt)) continue;
+    for (ReduceOp op : bitwise)
+      for (std::size_t count : few)
+        for (bool in_place : {false, true}) add(dt, op, count, in_place, roots[seq % roots.size()]);
+  }
   // Every count for two (dtype, op) pairs, every root.
   const std::size_t all[] = {0,
                              1,

@@ -62,6 +62,9 @@ double reduce_input(DataType dt, ReduceOp op, int n, int rank, std::size_t i, st
       return ((h >> 8) & 1) != 0 ? 1.0 : -1.0;
     case ReduceOp::min:
     case ReduceOp::max:
+    case ReduceOp::band:  // integers only: bit patterns of both signs
+    case ReduceOp::bor:
+    case ReduceOp::bxor:
       return is_unsigned ? static_cast<double>(h % 200) : static_cast<double>(h % 201) - 100.0;
   }
   return 0;

@@ -48,6 +48,10 @@ F ref_float(F x, F y, ReduceOp op) {
       if (std::isnan(x)) return x;
       if (std::isnan(y)) return y;
       return std::max(x, y);
+    case ReduceOp::band:  // integers only
+    case ReduceOp::bor:
+    case ReduceOp::bxor:
+      break;
   }
   return x;
 }
@@ -65,6 +69,12 @@ T ref_int(T x, T y, ReduceOp op) {
       return std::min(x, y);
     case ReduceOp::max:
       return std::max(x, y);
+    case ReduceOp::band:
+      return static_cast<T>(static_cast<U>(x) & static_cast<U>(y));
+    case ReduceOp::bor:
+      return static_cast<T>(static_cast<U>(x) | static_cast<U>(y));
+    case ReduceOp::bxor:
+      return static_cast<T>(static_cast<U>(x) ^ static_cast<U>(y));
   }
   return x;
 }
@@ -237,6 +247,31 @@ TEST(Reduce, EveryTypeOpCountAlignmentAndAlias) {
               if (::testing::Test::HasFatalFailure()) return;
             }
   });
+}
+
+TEST(Reduce, BitwiseEveryIntegerTypeCountAlignmentAndAlias) {
+  std::mt19937_64 rng(4242);
+  for_each_target([&] {
+    for (DataType t : kAllDataTypes) {
+      if (is_floating(t)) continue;
+      for (ReduceOp op : kBitwiseReduceOps)
+        for (std::size_t count : kCounts)
+          for (std::size_t off : {std::size_t{0}, std::size_t{1}, dtype_size(t)})
+            for (Alias alias : {Alias::none, Alias::dst_is_a, Alias::dst_is_b}) {
+              check_reduce(t, op, count, off, alias, rng);
+              if (::testing::Test::HasFatalFailure()) return;
+            }
+    }
+  });
+}
+
+TEST(Reduce, BitwiseOpsApplyToIntegersOnly) {
+  for (DataType t : kAllDataTypes)
+    for (ReduceOp op : kBitwiseReduceOps)
+      EXPECT_EQ(applies_to(op, t), !is_floating(t)) << to_string(t);
+  for (DataType t : kAllDataTypes)
+    for (ReduceOp op : kAllReduceOps) EXPECT_TRUE(applies_to(op, t));
+  for (ReduceOp op : kBitwiseReduceOps) EXPECT_EQ(parse_reduce_op(to_string(op)), op);
 }
 
 TEST(Reduce, ByteMisalignedViews) {
