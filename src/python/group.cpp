@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <numeric>
 #include <optional>
@@ -39,6 +40,17 @@ void check_root(int root, int size, std::string_view collective) {
 at::Tensor combine(const Tensors& list, const c10d::ReduceOp& op) {
   const auto stacked = at::stack(list);
   switch (op.op_) {
+    case c10d::ReduceOp::BAND:
+    case c10d::ReduceOp::BOR:
+    case c10d::ReduceOp::BXOR: {
+      auto acc = list[0].clone();
+      for (std::size_t i = 1; i < list.size(); ++i) {
+        if (op.op_ == c10d::ReduceOp::BAND) acc.bitwise_and_(list[i]);
+        if (op.op_ == c10d::ReduceOp::BOR) acc.bitwise_or_(list[i]);
+        if (op.op_ == c10d::ReduceOp::BXOR) acc.bitwise_xor_(list[i]);
+      }
+      return acc;
+    }
     case c10d::ReduceOp::PRODUCT:
       return stacked.prod(0).to(list[0].scalar_type());
     case c10d::ReduceOp::MIN:
@@ -182,17 +194,18 @@ WorkPtr Group::allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) {
   const auto type = tensors[0].scalar_type();
   const ReduceOp op = reduce_op_of(opts.reduceOp, type, name);
   if (tensors.size() == 1) {
-    const auto s = Staged::of(tensors[0]);
+    const auto s = Staged::reducing(tensors[0], opts.reduceOp);
     const auto v = view_of(s.buffer, true, name);
-    premultiply_(s.buffer, opts.reduceOp);
     auto part = comm()->allreduce_async(v, v, op, on_stream(s.buffer));
     auto done = copy_back(s);
     return launch(c10d::OpType::ALLREDUCE, tensors, {part}, std::move(done), {s.buffer});
   }
   // Several tensors on one rank: all of them, on every rank, are reduced into each.
   check_same_layout(tensors, tensors[0], "tensors", name);
-  TANDEM_CHECK_ARG(type != at::kBool && !at::isComplexType(type),
-                   "{}: a list of several {} tensors per rank is not supported; pass one tensor",
+  TANDEM_CHECK_ARG(type != at::kBool && !at::isComplexType(type) && !at::isFloat8Type(type) &&
+                       (at::isFloatingType(type) || opts.reduceOp.op_ != c10d::ReduceOp::AVG),
+                   "{}: a list of several {} tensors per rank is not supported with this "
+                   "ReduceOp; pass one tensor per rank (as NCCL requires)",
                    name, c10::toString(type));
   const auto acc = combine(tensors, opts.reduceOp).contiguous();
   const auto v = view_of(acc, true, name);
@@ -209,21 +222,30 @@ WorkPtr Group::allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) {
 WorkPtr Group::allreduce_coalesced(Tensors& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   constexpr std::string_view name = "all_reduce_coalesced";
   TANDEM_CHECK_ARG(!tensors.empty(), "{}: no tensor given", name);
-  const auto type = tensors[0].scalar_type();
+  // One allreduce per dtype, in the order the dtypes first occur (the same on every rank),
+  // and one work for all: _coalescing_manager blocks may mix dtypes, as NCCL's groups do.
+  std::vector<at::ScalarType> types;
+  std::vector<Tensors> by_type;
   for (const auto& t : tensors) {
     check_tensor(t, name);
-    TANDEM_CHECK_ARG(t.scalar_type() == type,
-                     "{}: the tensors have different dtypes ({} and {}); coalesced tensors "
-                     "share one dtype",
-                     name, c10::toString(type), c10::toString(t.scalar_type()));
+    const auto it = std::find(types.begin(), types.end(), t.scalar_type());
+    if (it == types.end()) {
+      types.push_back(t.scalar_type());
+      by_type.push_back({t});
+    } else {
+      by_type[static_cast<std::size_t>(it - types.begin())].push_back(t);
+    }
   }
-  const ReduceOp op = reduce_op_of(opts.reduceOp, type, name);
-  const auto flat = flatten(tensors, *pool_);
-  const auto v = view_of(flat, true, name);
-  premultiply_(flat, opts.reduceOp);
-  auto part = comm()->allreduce_async(v, v, op, on_stream(flat));
-  return launch(c10d::OpType::ALLREDUCE_COALESCED, tensors, {part},
-                [flat, tensors] { unflatten(flat, tensors); }, {flat});
+  std::vector<Piece> pieces;
+  for (std::size_t i = 0; i < types.size(); ++i) {
+    const ReduceOp op = reduce_op_of(opts.reduceOp, types[i], name);
+    const auto flat = reduction_buffer(flatten(by_type[i], *pool_), opts.reduceOp, false);
+    const auto v = view_of(flat, true, name);
+    auto part = comm()->allreduce_async(v, v, op, on_stream(flat));
+    pieces.push_back(
+        {std::move(part), [flat, list = by_type[i]] { unflatten(flat, list); }, {flat}});
+  }
+  return launch_pieces(c10d::OpType::ALLREDUCE_COALESCED, tensors, std::move(pieces));
 }
 
 WorkPtr Group::reduce(Tensors& tensors, const c10d::ReduceOptions& opts) {
@@ -233,9 +255,7 @@ WorkPtr Group::reduce(Tensors& tensors, const c10d::ReduceOptions& opts) {
   check_root(root, size_, name);
   const ReduceOp op = reduce_op_of(opts.reduceOp, tensors[0].scalar_type(), name);
   // PREMUL_SUM scales a copy: a rank other than the root keeps its tensor as it was.
-  const auto s = is_premul(opts.reduceOp)
-                     ? Staged{tensors[0], premultiplied(tensors[0], opts.reduceOp)}
-                     : Staged::of(tensors[0]);
+  const auto s = Staged::reducing(tensors[0], opts.reduceOp, is_premul(opts.reduceOp));
   const auto v = view_of(s.buffer, true, name);
   auto part = comm()->reduce_async(v, v, op, root, on_stream(s.buffer));
   std::function<void()> done;
@@ -349,9 +369,8 @@ WorkPtr Group::reduce_scatter(Tensors& outputs, std::vector<Tensors>& inputs,
   check_tensor(outputs[0], name);
   check_same_layout(inputs[0], outputs[0], "input_list", name);
   const ReduceOp op = reduce_op_of(opts.reduceOp, outputs[0].scalar_type(), name);
-  const auto flat = flatten(inputs[0], *pool_);
-  premultiply_(flat, opts.reduceOp);
-  const auto s = Staged::of(outputs[0]);
+  const auto flat = reduction_buffer(flatten(inputs[0], *pool_), opts.reduceOp, false);
+  const auto s = Staged::result(outputs[0], opts.reduceOp);
   auto part = comm()->reduce_scatter_async(view_of(flat, true, name), view_of(s.buffer, true, name),
                                            op, on_stream(flat));
   auto done = copy_back(s);
@@ -370,8 +389,8 @@ Group::Piece Group::reduce_scatter_piece(const at::Tensor& output, const at::Ten
                    c10::toString(output.scalar_type()), output.numel() * size_);
   const ReduceOp op = reduce_op_of(reduce_op, output.scalar_type(), name);
   // PREMUL_SUM scales a copy: the input is the caller's and stays as it was.
-  const auto in = premultiplied(input, reduce_op).contiguous();
-  const auto s = Staged::of(output);
+  const auto in = reduction_buffer(input, reduce_op, is_premul(reduce_op));
+  const auto s = Staged::result(output, reduce_op);
   auto part = comm()->reduce_scatter_async(view_of(in, true, name), view_of(s.buffer, true, name),
                                            op, on_stream(in));
   return {std::move(part), copy_back(s), {in, s.buffer}};

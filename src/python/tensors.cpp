@@ -110,9 +110,10 @@ BufferView view_of(const at::Tensor& t, bool reducing, std::string_view collecti
   if (auto d = tandem_dtype(st))
     return {t.data_ptr(), static_cast<std::size_t>(t.numel()), *d, tandem_device(t)};
   TANDEM_CHECK_ARG(!reducing,
-                   "{}: backend 'tandem' cannot reduce tensors of dtype {}; it reduces float32, "
-                   "float64, float16, bfloat16, int8, uint8, int32, int64, bool and complex (SUM, "
-                   "AVG): convert the tensor, e.g. .to(torch.int32)",
+                   "{}: tensors of dtype {} do not reduce on NCCL or Gloo, nor on backend "
+                   "'tandem', which reduces float32, float64, float16, bfloat16, the float8 "
+                   "types, int8, uint8, int32, int64, bool and complex: convert the tensor, e.g. "
+                   ".to(torch.int64)",
                    collective, c10::toString(st));
   return {t.data_ptr(), static_cast<std::size_t>(t.nbytes()), DataType::u8, tandem_device(t)};
 }
@@ -120,7 +121,7 @@ BufferView view_of(const at::Tensor& t, bool reducing, std::string_view collecti
 ReduceOp reduce_op_of(const c10d::ReduceOp& op, at::ScalarType t, std::string_view collective) {
   const auto kind = op.op_;
   if (t == at::kBool) {
-    // Logical reductions: or and and, as bytes holding 0 or 1.
+    // Logical reductions on bytes holding 0 or 1: or, and, exclusive or.
     switch (kind) {
       case c10d::ReduceOp::SUM:
       case c10d::ReduceOp::MAX:
@@ -130,12 +131,15 @@ ReduceOp reduce_op_of(const c10d::ReduceOp& op, at::ScalarType t, std::string_vi
       case c10d::ReduceOp::MIN:
       case c10d::ReduceOp::BAND:
         return ReduceOp::min;
+      case c10d::ReduceOp::BXOR:
+        return ReduceOp::bxor;
       default:
         break;
     }
     TANDEM_THROW(ErrorCode::InvalidArgument,
-                 "{}: ReduceOp.{} of bool tensors is not supported by backend 'tandem'; use SUM "
-                 "or BOR (logical or), PRODUCT or BAND (logical and), MIN or MAX",
+                 "{}: ReduceOp.{} of bool tensors is refused by NCCL and Gloo alike; use SUM or "
+                 "BOR (logical or), PRODUCT or BAND (logical and), BXOR, MIN or MAX, or convert "
+                 "to an integer type to count",
                  collective, op_name(kind));
   }
   const bool complex = t == at::kComplexFloat || t == at::kComplexDouble;
@@ -144,36 +148,72 @@ ReduceOp reduce_op_of(const c10d::ReduceOp& op, at::ScalarType t, std::string_vi
     case c10d::ReduceOp::SUM:
       return ReduceOp::sum;
     case c10d::ReduceOp::AVG:
-      TANDEM_CHECK_ARG(!integral,
-                       "{}: ReduceOp.AVG of {} tensors is not supported by backend 'tandem' (the "
-                       "average of integers is not an integer); reduce with SUM and divide, or "
-                       "convert to a floating type",
-                       collective, c10::toString(t));
       return ReduceOp::avg;
     case c10d::ReduceOp::PREMUL_SUM:
       TANDEM_CHECK_ARG(!integral,
-                       "{}: ReduceOp.PREMUL_SUM of {} tensors is not supported by backend "
-                       "'tandem' (a scaled integer is not an integer); multiply, then reduce "
-                       "with SUM",
+                       "{}: ReduceOp.PREMUL_SUM of {} tensors is refused by NCCL and Gloo alike (a "
+                       "scaled integer is not an integer); multiply, then reduce with SUM",
                        collective, c10::toString(t));
       return ReduceOp::sum;
     case c10d::ReduceOp::PRODUCT:
     case c10d::ReduceOp::MIN:
     case c10d::ReduceOp::MAX:
       TANDEM_CHECK_ARG(!complex,
-                       "{}: ReduceOp.{} of complex tensors is not defined; backend 'tandem' "
-                       "reduces complex tensors with SUM and AVG",
+                       "{}: ReduceOp.{} of complex tensors is refused by NCCL and Gloo alike "
+                       "(complex numbers have no order and reduce by parts); use SUM, AVG or "
+                       "PREMUL_SUM, or reduce torch.view_as_real(tensor) for the parts",
                        collective, op_name(kind));
       return kind == c10d::ReduceOp::PRODUCT ? ReduceOp::prod
              : kind == c10d::ReduceOp::MIN   ? ReduceOp::min
                                              : ReduceOp::max;
+    case c10d::ReduceOp::BAND:
+    case c10d::ReduceOp::BOR:
+    case c10d::ReduceOp::BXOR:
+      TANDEM_CHECK_ARG(integral,
+                       "{}: ReduceOp.{} of {} tensors is refused by NCCL and Gloo alike: bitwise "
+                       "operations reduce integer and bool tensors; to combine the raw bits, "
+                       "reduce tensor.view(torch.uint8)",
+                       collective, op_name(kind), c10::toString(t));
+      return kind == c10d::ReduceOp::BAND  ? ReduceOp::band
+             : kind == c10d::ReduceOp::BOR ? ReduceOp::bor
+                                           : ReduceOp::bxor;
     default:
       break;
   }
   TANDEM_THROW(ErrorCode::InvalidArgument,
-               "{}: ReduceOp.{} is not supported by backend 'tandem' for {} tensors; it has SUM, "
-               "AVG, PRODUCT, MIN and MAX (and BAND/BOR for bool tensors)",
-               collective, op_name(kind), c10::toString(t));
+               "{}: {} is not a reduction backend 'tandem' knows; it has SUM, AVG, PRODUCT, MIN, "
+               "MAX, BAND, BOR, BXOR and PREMUL_SUM",
+               collective, op_name(kind));
+}
+
+namespace {
+
+bool is_float8(at::ScalarType t) noexcept {
+  return t == at::kFloat8_e4m3fn || t == at::kFloat8_e5m2 || t == at::kFloat8_e4m3fnuz ||
+         t == at::kFloat8_e5m2fnuz;
+}
+
+// `t` converted for a reduction with `op`, copied when `copy` or when it must be.
+at::Tensor convert_for(const at::Tensor& t, const c10d::ReduceOp& op, bool copy) {
+  const bool bitwise = op.op_ == c10d::ReduceOp::BAND || op.op_ == c10d::ReduceOp::BOR ||
+                       op.op_ == c10d::ReduceOp::BXOR;
+  const auto dtype = is_float8(t.scalar_type()) ? at::kFloat : t.scalar_type();
+  const auto device = t.is_cuda() && bitwise ? at::Device(at::kCPU) : t.device();
+  if (!copy && dtype == t.scalar_type() && device == t.device() && t.is_contiguous()) return t;
+  return t.to(t.options().dtype(dtype).device(device), /*non_blocking=*/false, /*copy=*/true,
+              at::MemoryFormat::Contiguous);
+}
+
+}  // namespace
+
+at::Tensor reduction_buffer(const at::Tensor& t, const c10d::ReduceOp& op, bool copy) {
+  auto buffer = convert_for(t, op, copy);
+  premultiply_(buffer, op);
+  return buffer;
+}
+
+at::Tensor result_buffer(const at::Tensor& t, const c10d::ReduceOp& op) {
+  return convert_for(t, op, false);
 }
 
 bool is_premul(const c10d::ReduceOp& op) {
@@ -191,13 +231,6 @@ void premultiply_(const at::Tensor& t, const c10d::ReduceOp& op) {
   } else {
     t.mul_(factor->double_factor);
   }
-}
-
-at::Tensor premultiplied(const at::Tensor& t, const c10d::ReduceOp& op) {
-  if (!is_premul(op)) return t;
-  auto copy = t.clone(at::MemoryFormat::Contiguous);
-  premultiply_(copy, op);
-  return copy;
 }
 
 void check_same_layout(const std::vector<at::Tensor>& list, const at::Tensor& like,

@@ -27,15 +27,18 @@ void check_tensor(const at::Tensor& t, std::string_view collective);
 CallOptions on_stream(const at::Tensor& t);
 
 /// tandem's view of a contiguous tensor's elements. For reductions (`reducing`): bool is u8
-/// (reduced with min/max), complex is its real and imaginary parts (f32/f64, twice the count);
-/// element types tandem cannot reduce throw. For moves, types tandem lacks travel as bytes.
+/// (reduced with min/max/bxor), complex is its real and imaginary parts (f32/f64, twice the
+/// count); element types tandem cannot reduce throw (reduction_buffer() has widened the float8
+/// types). For moves, types tandem lacks travel as bytes.
 BufferView view_of(const at::Tensor& t, bool reducing, std::string_view collective);
 
-/// tandem's operation for c10d's `op` on elements of type `t`; throws Error(InvalidArgument)
-/// naming what is supported when tandem has no such reduction (bitwise ops on numbers, AVG
-/// and PREMUL_SUM of integers, anything but SUM/AVG/PREMUL_SUM on complex numbers).
-/// PREMUL_SUM is SUM: the caller multiplies each rank's contribution by its factor first
-/// (premultiply_ or premultiplied).
+/// tandem's operation for c10d's `op` on elements of type `t`, accepting what NCCL or Gloo
+/// accepts: integer AVG (NCCL: the wrapped sum divided by the world size, truncated toward
+/// zero), BAND/BOR/BXOR of integers and bool (Gloo), bool SUM as MAX and PRODUCT as MIN
+/// (NCCL). Throws Error(InvalidArgument), naming what to do instead, for what both refuse:
+/// bitwise ops on floating types, PREMUL_SUM of integers, bool AVG, anything but
+/// SUM/AVG/PREMUL_SUM on complex numbers. PREMUL_SUM is SUM: the caller multiplies each
+/// rank's contribution by its factor first (reduction_buffer, premultiply_).
 ReduceOp reduce_op_of(const c10d::ReduceOp& op, at::ScalarType t, std::string_view collective);
 
 /// True when `op` is PREMUL_SUM (torch's _make_nccl_premul_sum; FSDP's divide factors).
@@ -43,15 +46,31 @@ bool is_premul(const c10d::ReduceOp& op);
 /// Multiplies `t` in place by PREMUL_SUM's factor (a number, or a one-element tensor); does
 /// nothing for any other op.
 void premultiply_(const at::Tensor& t, const c10d::ReduceOp& op);
-/// `t` multiplied by PREMUL_SUM's factor, as a new tensor; `t` itself for any other op.
-at::Tensor premultiplied(const at::Tensor& t, const c10d::ReduceOp& op);
+
+/// The buffer a reduction of `t` with `op` runs on, premultiplied for PREMUL_SUM: `t` itself
+/// when tandem reduces its elements where they are and `copy` is false; else a contiguous
+/// copy (`copy` true: the caller's tensor must stay as it was). The copy widens the float8
+/// types to float32 (reduced there, rounded once on the way back) and brings a CUDA tensor
+/// to the host for a bitwise op, which NCCL lacks.
+at::Tensor reduction_buffer(const at::Tensor& t, const c10d::ReduceOp& op, bool copy);
+
+/// reduction_buffer() without the premultiplication: where a reduction with `op` leaves its
+/// result for `t` (an output that is not an input).
+at::Tensor result_buffer(const at::Tensor& t, const c10d::ReduceOp& op);
 
 /// A tensor as tandem writes or reads it: the user's tensor itself when it is contiguous,
-/// else a contiguous copy whose result is copied back on success.
+/// else a contiguous copy whose result is copied back on success (converted back to the
+/// user's dtype and device when the copy is a reduction_buffer).
 struct Staged {
   at::Tensor user;
   at::Tensor buffer;
   static Staged of(const at::Tensor& t) { return {t, t.is_contiguous() ? t : t.contiguous()}; }
+  static Staged reducing(const at::Tensor& t, const c10d::ReduceOp& op, bool copy = false) {
+    return {t, reduction_buffer(t, op, copy)};
+  }
+  static Staged result(const at::Tensor& t, const c10d::ReduceOp& op) {
+    return {t, result_buffer(t, op)};
+  }
   bool copied() const { return !buffer.is_same(user); }
   void copy_back() const {
     if (copied()) user.copy_(buffer);
