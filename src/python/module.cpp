@@ -4,6 +4,7 @@
 
 #include "python/backend.hpp"
 #include "python/store_adapter.hpp"
+#include "python/work.hpp"
 
 #include <tandem/error.hpp>
 
@@ -66,6 +67,13 @@ PYBIND11_MODULE(_backend, m) {
           },
           "How this rank reaches `peer`: shm, tcp or self");
 
+  m.def(
+      "_stop_futures",
+      [] { return tandem::python::stop_completing_futures(std::chrono::seconds(2)); },
+      py::call_guard<py::gil_scoped_release>(),
+      "At interpreter exit: ends the thread that completes futures (and runs their "
+      "callbacks), so that none runs while the interpreter finalizes; False if a callback "
+      "still ran after 2 s");
   m.def(
       "create",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,

@@ -16,7 +16,9 @@ namespace {
 
 // One thread per process that completes futures (and so runs their callbacks). Never
 // destroyed: at interpreter exit it may sit in a wait, and a static destructor joining it
-// could block the exit.
+// could block the exit. stop() (at interpreter exit, before finalization) ends it: a callback
+// run after the interpreter began to finalize would take the GIL, and Python ends a thread
+// that does by unwinding it, which the C++ frames below it turn into std::terminate.
 class Completer {
  public:
   static Completer& get() {
@@ -26,32 +28,52 @@ class Completer {
   void post(std::function<void()> fn) {
     {
       std::lock_guard lock(mutex_);
+      if (stopping_) return;  // the interpreter is exiting: nobody waits for the future
       queue_.push_back(std::move(fn));
     }
-    cv_.notify_one();
+    cv_.notify_all();
+  }
+  // Drops what is queued, lets the function running now finish (it may need the GIL, which
+  // the caller must not hold), and ends the thread; returns false if that function did not
+  // finish within `patience`.
+  bool stop(std::chrono::milliseconds patience) {
+    std::unique_lock lock(mutex_);
+    stopping_ = true;
+    queue_.clear();
+    cv_.notify_all();
+    return cv_.wait_for(lock, patience, [&] { return exited_; });
   }
 
  private:
   Completer() {
     std::thread([this] {
+      std::unique_lock lock(mutex_);
       for (;;) {
-        std::function<void()> fn;
-        {
-          std::unique_lock lock(mutex_);
-          cv_.wait(lock, [&] { return !queue_.empty(); });
-          fn = std::move(queue_.front());
-          queue_.pop_front();
-        }
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (stopping_) break;
+        std::function<void()> fn = std::move(queue_.front());
+        queue_.pop_front();
+        lock.unlock();
         fn();
+        fn = nullptr;  // what it holds goes before the lock is taken again
+        lock.lock();
       }
+      exited_ = true;
+      cv_.notify_all();
     }).detach();
   }
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
+  bool stopping_ = false;
+  bool exited_ = false;
 };
 
 }  // namespace
+
+bool stop_completing_futures(std::chrono::milliseconds patience) {
+  return Completer::get().stop(patience);
+}
 
 TandemWork::TandemWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
                        std::chrono::milliseconds timeout)

@@ -27,6 +27,11 @@
 
 namespace tandem::python {
 
+/// Ends the thread that completes the works' futures, at interpreter exit (tandem.torch's
+/// atexit handler, without the GIL): queued completions are dropped and a callback running
+/// now may finish. Returns false when it did not finish within `patience`.
+bool stop_completing_futures(std::chrono::milliseconds patience);
+
 class TandemWork final : public c10d::Work {
  public:
   /// `outputs`: what result() and the future's value hold. `timeout`: the deadline of

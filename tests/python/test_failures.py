@@ -11,7 +11,7 @@ import tempfile
 
 import pytest
 
-from conftest import worker, worker_env
+from conftest import tandemrun, worker, worker_env
 
 
 def run(mode, nproc=3, env=None, timeout=120):
@@ -89,6 +89,15 @@ def test_exit_with_collectives_in_flight_is_clean():
     for r, p in enumerate(procs):
         assert p.returncode == 0, (r, p.returncode)
         assert reports[r]["message"] == "exited with collectives in flight"
+
+
+def test_exit_while_a_future_callback_runs_is_clean():
+    # Before tandem.torch's atexit handler stopped the futures' thread, every run of this
+    # aborted ("terminate called without an active exception").
+    p = tandemrun(["--nproc-per-node", "2", sys.executable, worker("exit_callbacks.py")],
+                  timeout=120)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "terminate called" not in p.stdout + p.stderr
 
 
 def run_stack(mode, nproc, env=None):

@@ -80,9 +80,18 @@ def _close_groups():
     # A normal interpreter exit is a goodbye, not a lost peer: the other ranks are told.
     for pg in list(_groups):
         pg._shutdown()
+    # No future callback may run once the interpreter finalizes (it would end the process).
+    _backend._stop_futures()
 
 
-if BACKEND.upper() not in dist.Backend._plugins:
-    # One backend object per group serves CPU and CUDA tensors (CUDA through tandem's CUDA
-    # backend: NCCL, or CUDA IPC between the ranks of one host).
-    dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "cuda"])
+def register():
+    """Registers backend "tandem" (importing this module already does; a second call does
+    nothing). For settings that name a function to call in every worker process, such as
+    Ray's runtime_env={"worker_process_setup_hook": "tandem.torch.register"}."""
+    if BACKEND.upper() not in dist.Backend._plugins:
+        # One backend object per group serves CPU and CUDA tensors (CUDA through tandem's CUDA
+        # backend: NCCL, or CUDA IPC between the ranks of one host).
+        dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "cuda"])
+
+
+register()
