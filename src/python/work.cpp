@@ -101,6 +101,7 @@ void TandemWork::track(std::vector<std::shared_ptr<tandem::Work>> parts,
                        std::function<void()> on_success, std::vector<at::Tensor> keep) {
   parts_ = std::move(parts);
   on_success_ = std::move(on_success);
+  if (on_success_) caller_state_.emplace();
   keep_ = std::move(keep);
   if (parts_.empty()) {
     complete_now();
@@ -168,12 +169,15 @@ void TandemWork::one_completed(std::exception_ptr e) {
       // The copy-back of a CUDA call runs on its stream, after the collective.
       std::optional<c10::StreamGuard> on_stream;
       if (stream_) on_stream.emplace(*stream_);
+      std::optional<at::ThreadLocalStateGuard> as_caller;
+      if (caller_state_) as_caller.emplace(*caller_state_);
       on_success_();
     } catch (...) {
       error = std::current_exception();
     }
   }
   on_success_ = nullptr;
+  caller_state_.reset();
   keep_.clear();
   finish(error);
   bool requested;

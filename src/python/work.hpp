@@ -16,6 +16,7 @@
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <ATen/ThreadLocalState.h>
 #include <atomic>
 #include <c10/core/Stream.h>
 #include <chrono>
@@ -82,6 +83,10 @@ class TandemWork final : public c10d::Work {
   std::chrono::milliseconds timeout_;
   std::vector<std::shared_ptr<tandem::Work>> parts_;
   std::function<void()> on_success_;
+  // The calling thread's torch state (inference mode, grad mode, ...), under which
+  // on_success_ runs on whichever thread completes the work: a copy-back into tensors made
+  // under torch.inference_mode() must run in inference mode too.
+  std::optional<at::ThreadLocalState> caller_state_;
   std::vector<at::Tensor> keep_;
   std::atomic<int> remaining_{0};
   std::exception_ptr first_error_;  // guarded by mutex_ (the base class's)

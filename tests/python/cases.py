@@ -314,6 +314,26 @@ def _bitwise():
     return run
 
 
+def _inference_mode():
+    # Lightning validates under torch.inference_mode(), and torchmetrics all_gathers there:
+    # results copied back into inference tensors by tandem's worker thread (get_future()
+    # hands the call to it) must be written in inference mode too.
+    def run(rank, world):
+        with torch.inference_mode():
+            outs = [torch.zeros(4, 2)[:, 0] for _ in range(world)]  # not adjacent: copied back
+            w = dist.all_gather(outs, torch.full((4,), float(rank)), async_op=True)
+            w.get_future()
+            w.wait()
+            for r in range(world):
+                check(outs[r], torch.full((4,), float(r)), f"inference-mode all_gather block {r}")
+            t = torch.ones(6, 2)[:, 1]  # not contiguous: copied back
+            w = dist.all_reduce(t, async_op=True)
+            w.get_future()
+            w.wait()
+            check(t, torch.full((6,), float(world)), "inference-mode all_reduce")
+    return run
+
+
 def _subgroup():
     def run(rank, world):
         members = [r for r in range(world) if r % 2 == 0]
@@ -608,6 +628,7 @@ def all_cases():
     cases["lists_and_coalesced"] = _lists_and_coalesced()
     cases["async_work"] = _async_work()
     cases["bitwise"] = _bitwise()
+    cases["inference_mode"] = _inference_mode()
     cases["subgroup"] = _subgroup()
     cases["all_gather_coalesced"] = _all_gather_coalesced()
     for op in ("SUM", "AVG"):
