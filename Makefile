@@ -47,13 +47,15 @@ demo: configure
 # for FUZZ_SECONDS, and the torch.distributed backend's Python tests; ends with one line
 # "N passed, N failed, N skipped" (scripts/test-stages.sh).
 test: build
-	@$(STAGES_ENV) scripts/test-stages.sh main python asan tsan fuzz
+	@FRAMEWORKS=1 VENV=$(VENV) scripts/python-env.sh >/dev/null
+	@$(STAGES_ENV) scripts/test-stages.sh main python frameworks asan tsan fuzz
 
 test-asan: deps
 	@$(STAGES_ENV) scripts/test-stages.sh asan
 
 test-python: build
-	@$(STAGES_ENV) scripts/test-stages.sh python
+	@FRAMEWORKS=1 VENV=$(VENV) scripts/python-env.sh >/dev/null
+	@$(STAGES_ENV) scripts/test-stages.sh python frameworks
 
 test-tsan: deps
 	@$(STAGES_ENV) scripts/test-stages.sh tsan

@@ -6,6 +6,9 @@
 # backend builds with NCCL. Prints the environment's python. Idempotent and quick when
 # nothing is missing.
 #
+# With FRAMEWORKS=1 (make test sets it) it also installs scripts/framework-requirements.txt:
+# the training frameworks tests/python/frameworks runs on tandem, torch held at its pin.
+#
 #   scripts/python-env.sh            PYTHON=python3 (the interpreter the venv is made from)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,5 +37,20 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     "$py" -m pip install -q "$NCCL_WHEEL" >&2
   fi
   printf '%s' "$want" >"$stamp"
+fi
+
+# The frameworks, when asked for: their own stamp, so that `make demo` never waits for them.
+freq=scripts/framework-requirements.txt
+fstamp="$VENV/.tandem-frameworks"
+if [ "${FRAMEWORKS:-0}" = 1 ] && [ "$(cat "$fstamp" 2>/dev/null)" != "$(cat "$freq" "$req")" ]; then
+  echo "tandem: installing the training frameworks into $VENV ($(grep -v '^#' "$freq" | tr '
+' ' '))" >&2
+  pin=$(mktemp)
+  grep -E '^torch==' "$req" >"$pin"
+  # DeepSpeed builds from its sdist against the venv's torch (no isolated build, which would
+  # download another torch) and with its C++/CUDA ops left to build at first use (none here).
+  DS_BUILD_OPS=0 "$py" -m pip install -q --no-build-isolation -c "$pin" -r "$freq" >&2
+  rm -f "$pin"
+  cat "$freq" "$req" >"$fstamp"
 fi
 echo "$py"

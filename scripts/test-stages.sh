@@ -6,9 +6,10 @@
 # and fuzzer of the stages run: "N passed, N failed, N skipped" (a skipped test is not a pass).
 # Exits non-zero when anything failed (a build failure counts as one).
 #
-#   scripts/test-stages.sh [main] [python] [asan] [tsan] [fuzz]     (default: all five)
+#   scripts/test-stages.sh [main] [python] [frameworks] [asan] [tsan] [fuzz]   (default: all six)
 #
-# python: the torch.distributed backend's tests (tests/python, pytest) against the main build.
+# python: the torch.distributed backend's tests (tests/python, pytest) against the main build;
+# frameworks: tests/python/frameworks, the training frameworks on the backend.
 #
 # Environment: BUILD_DIR (build), JOBS (2), BUILD_TYPE, WERROR, FUZZ_SECONDS (20 per fuzzer).
 set -uo pipefail
@@ -30,7 +31,7 @@ SAN_OPT=${SAN_OPT:-"-O1 -g1 -DNDEBUG"}
 # the multi-process collectives and DDP. The launcher and tool tests run in the main stage.
 ASAN_DIRS=${ASAN_DIRS:-"unit/core;unit/store;unit/transport;unit/data;unit/comm;mp;ddp"}
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(main python asan tsan fuzz)
+[ ${#stages[@]} -eq 0 ] && stages=(main python frameworks asan tsan fuzz)
 
 passed=0
 failed=0
@@ -118,33 +119,45 @@ asan_targets() {
 # The torch.distributed backend (tests/python) with .venv's python, torch and pytest, against the
 # main build's package; skipped visibly when that python cannot import torch or pytest.
 PYTHON=${PYTHON:-$PWD/.venv/bin/python}
-stage_python() {
-  local log="$BUILD_DIR/pytest.log" t0 line n
+# Runs pytest for stage $1 on the paths and options after it and adds up its results.
+run_pytest() {
+  local stage=$1 log="$BUILD_DIR/pytest-$1.log" t0 line n
+  shift
   t0=$(now)
   if ! "$PYTHON" -c "import torch.distributed, pytest" 2>/dev/null; then
     skipped=$((skipped + 1))
-    skips+=("python: the whole stage ($PYTHON cannot import torch and pytest)")
-    summary+=("python: skipped")
+    skips+=("$stage: the whole stage ($PYTHON cannot import torch and pytest)")
+    summary+=("$stage: skipped")
     return
   fi
-  TANDEM_BUILD_DIR="$PWD/$BUILD_DIR" "$PYTHON" -m pytest -q -rs -p no:cacheprovider \
-    tests/python 2>&1 | tee "$log"
+  TANDEM_BUILD_DIR="$PWD/$BUILD_DIR" "$PYTHON" -m pytest -q -rs -p no:cacheprovider "$@" 2>&1 |
+    tee "$log"
   # pytest's last line: "3 failed, 1100 passed, 2 skipped, 1 error in 30.1s".
   line=$(tail -1 "$log")
   n() { grep -Eo "[0-9]+ $1" <<<"$line" | grep -Eo '^[0-9]+' || echo 0; }
   if ! grep -Eq '[0-9]+ (passed|failed|skipped|errors?)' <<<"$line"; then
     failed=$((failed + 1))
-    failures+=("python: pytest gave no summary (its output is above)")
+    failures+=("$stage: pytest gave no summary (its output is above)")
   else
     passed=$((passed + $(n passed)))
     failed=$((failed + $(n failed) + $(n 'errors?')))
     skipped=$((skipped + $(n skipped)))
-    while IFS= read -r name; do failures+=("python: $name"); done < <(
+    while IFS= read -r name; do failures+=("$stage: $name"); done < <(
       sed -nE 's/^(FAILED|ERROR) ([^ ]+).*/\2/p' "$log")
-    while IFS= read -r name; do skips+=("python: $name"); done < <(
+    while IFS= read -r name; do skips+=("$stage: $name"); done < <(
       sed -nE 's/^SKIPPED \[[0-9]+\] (.*)/\1/p' "$log")
   fi
-  summary+=("python: tests $(($(now) - t0)) s")
+  summary+=("$stage: tests $(($(now) - t0)) s")
+}
+
+stage_python() {
+  run_pytest python tests/python --ignore=tests/python/frameworks
+}
+
+# The training frameworks of scripts/framework-requirements.txt (Lightning, torchft, Ray Train,
+# DeepSpeed) running their own code on backend 'tandem', each against the same run on Gloo.
+stage_frameworks() {
+  run_pytest frameworks tests/python/frameworks
 }
 
 # The library and the ASAN_DIRS tests under AddressSanitizer + UndefinedBehaviorSanitizer.
@@ -237,9 +250,9 @@ stage_fuzz() {
 
 for s in "${stages[@]}"; do
   case "$s" in
-    main | python | asan | tsan | fuzz) echo "=== tandem test stage: $s" ;;
+    main | python | frameworks | asan | tsan | fuzz) echo "=== tandem test stage: $s" ;;
     *)
-      echo "unknown stage $s (main, python, asan, tsan, fuzz)" >&2
+      echo "unknown stage $s (main, python, frameworks, asan, tsan, fuzz)" >&2
       exit 2
       ;;
   esac

@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""How long a torchft job takes to go on after a replica is SIGKILLed, on tandem's
+ProcessGroupTandem and on torchft's ProcessGroupGloo.
+
+    PYTHONPATH=build/python OMP_NUM_THREADS=1 .venv/bin/python \\
+        bench/frameworks/torchft_recovery.py [--replicas 3] [--trials 3] [--heartbeat-ms 1000]
+
+Each trial starts --replicas replica groups of one rank on 127.0.0.1 (torchft's Manager, the
+lighthouse in this process, min_replicas = replicas - 1) training a small MLP: each step the
+gradients are all-reduced through manager.allreduce and the optimizer steps if should_commit()
+says so. (Not through torchft's DDP wrapper: its communication hook asserts when a work's
+wait() raises, which torchft's Gloo group's does when a peer dies; ProcessGroupTandem's does
+not.) After --warm steps the last replica SIGKILLs itself inside a step, after its quorum,
+before its all-reduce, so the survivors' all-reduce is in flight with it. Each survivor records,
+on the host's monotonic clock:
+
+  kill->pg_error the kill to the end, in failure, of the survivor's wait() on its all-reduce:
+                 how fast the process group notices a dead peer
+  kill->error    the kill to torchft's Manager.report_error for it (the step will not commit)
+  kill->quorum   the kill to the start of configure() for the quorum without it: torchft's
+                 lighthouse, which waits --heartbeat-ms for the dead replica's heartbeat
+  configure      configure() of that quorum's process group (replicas - 1 ranks)
+  kill->commit   the kill to the survivor's next committed step
+
+The script prints a "trial:" line per survivor, trial and backend, then the medians over
+every survivor and trial:
+
+  row: backend=B replicas=N heartbeat_ms=H samples=S kill_to_pg_error_ms=.. kill_to_error_ms=..
+       kill_to_quorum_ms=.. configure_ms=.. kill_to_commit_ms=.. first_configure_ms=..
+       (medians; first_configure: the first quorum's group, all N replicas)
+"""
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import timedelta
+
+WORKER_TIMEOUT = 120
+
+
+def worker(cfg):
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.distributed import TCPStore
+    from torchft.manager import Manager
+    from torchft.process_group import ProcessGroupGloo
+
+    torch.set_num_threads(1)
+    timeout = timedelta(seconds=30)
+    if cfg["backend"] == "tandem":
+        from tandem.torchft import ProcessGroupTandem
+        pg = ProcessGroupTandem(timeout=timeout)
+    else:
+        pg = ProcessGroupGloo(timeout=timeout)
+    configures = []
+    configure = pg.configure
+
+    def timed_configure(store_addr, replica_id, rank, world_size, *args, **kw):
+        t0 = time.monotonic()
+        configure(store_addr, replica_id, rank, world_size, *args, **kw)
+        configures.append({"start": t0, "s": time.monotonic() - t0, "world": world_size})
+
+    pg.configure = timed_configure
+    failed_works = []
+    allreduce = pg.allreduce
+
+    class TimedWork(dist._Work):
+        # When the survivor's wait() on an all-reduce ended in failure: Gloo's raises,
+        # ProcessGroupTandem's returns False. (No callback on the work's future: a Python
+        # callback that tandem's completion thread runs could outlive the interpreter.)
+        def __init__(self, work):
+            super().__init__()
+            self._work = work
+
+        def wait(self, timeout=None):
+            try:
+                ok = self._work.wait()
+            except Exception as e:
+                failed_works.append({"at": time.monotonic(), "error": str(e)[:300]})
+                raise
+            if ok is False:
+                failed_works.append({"at": time.monotonic(), "error": repr(pg.errored())[:300]})
+            return ok
+
+        def get_future(self):
+            return self._work.get_future()
+
+    def watched_allreduce(tensors, opts):
+        return TimedWork(allreduce(tensors, opts))
+
+    pg.allreduce = watched_allreduce
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.Tanh(), nn.Linear(64, 8))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    control = TCPStore("127.0.0.1", cfg["control_port"], is_master=False,
+                       wait_for_workers=False, timeout=timeout)
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)  # noqa: F841
+    manager = Manager(
+        pg=pg, min_replica_size=1, replica_id=f"replica_{cfg['replica']}",
+        load_state_dict=lambda sd: (model.load_state_dict(sd["model"]),
+                                    opt.load_state_dict(sd["opt"])),
+        state_dict=lambda: {"model": model.state_dict(), "opt": opt.state_dict()},
+        store_addr="127.0.0.1", store_port=store.port, rank=0, world_size=1,
+        lighthouse_addr=cfg["lighthouse"], hostname="127.0.0.1", timeout=timeout,
+        quorum_timeout=timeout, connect_timeout=timeout)
+    errors = []
+    report_error = manager.report_error
+
+    def timed_report_error(e):
+        errors.append({"at": time.monotonic(), "error": f"{type(e).__name__}: {e}"[:300]})
+        report_error(e)
+
+    manager.report_error = timed_report_error
+    control.set(f"ready/{cfg['replica']}", "1")
+    control.wait([f"ready/{r}" for r in range(cfg["replicas"])], timeout)
+
+    victim = cfg["replica"] == cfg["replicas"] - 1
+    commits = []
+    after = 0
+    g = torch.Generator().manual_seed(cfg["replica"])
+    while after < cfg["after"]:
+        step = manager.current_step()
+        manager.start_quorum()
+        opt.zero_grad()
+        x, y = torch.randn(64, 32, generator=g), torch.randn(64, 8, generator=g)
+        nn.functional.mse_loss(model(x), y).backward()
+        if victim and step == cfg["warm"]:
+            manager.wait_quorum()
+            control.set("killed_at", repr(time.monotonic()))
+            os.kill(os.getpid(), signal.SIGKILL)
+        works = [manager.allreduce(p.grad) for p in model.parameters()]
+        for w in works:
+            w.wait()
+        if manager.should_commit():
+            opt.step()
+            commits.append({"at": time.monotonic(), "step": step,
+                            "participants": manager.num_participants()})
+            if commits[-1]["participants"] < cfg["replicas"]:
+                after += 1
+    with open(cfg["report"], "w") as f:
+        json.dump({"configures": configures, "errors": errors, "commits": commits,
+                   "failed_works": failed_works}, f)
+    pg.shutdown()
+    manager.shutdown(wait=False)
+
+
+def trial(backend, args, tmp):
+    from torch.distributed import TCPStore
+    from torchft._torchft import LighthouseServer
+
+    lh = LighthouseServer(bind="[::]:0", min_replicas=args.replicas - 1,
+                          join_timeout_ms=60000, heartbeat_timeout_ms=args.heartbeat_ms)
+    control = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    addr = "http://127.0.0.1:" + lh.address().rsplit(":", 1)[1]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    procs = []
+    try:
+        for r in range(args.replicas):
+            cfg = {"backend": backend, "replica": r, "replicas": args.replicas,
+                   "lighthouse": addr, "control_port": control.port, "warm": args.warm,
+                   "after": args.after, "report": os.path.join(tmp, f"{backend}{r}.json")}
+            log = open(os.path.join(tmp, f"{backend}{r}.log"), "w")
+            procs.append(subprocess.Popen([sys.executable, __file__, "--worker", json.dumps(cfg)],
+                                          env=env, stdout=log, stderr=subprocess.STDOUT))
+            log.close()
+        for r, p in enumerate(procs):
+            rc = p.wait(timeout=WORKER_TIMEOUT)
+            want = -signal.SIGKILL if r == args.replicas - 1 else 0
+            if rc != want:
+                with open(os.path.join(tmp, f"{backend}{r}.log")) as f:
+                    sys.exit(f"replica {r} on {backend} exited {rc}:\n{f.read()[-4000:]}")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        lh.shutdown()
+    killed = float(control.get("killed_at"))
+    rows = []
+    for r in range(args.replicas - 1):
+        with open(os.path.join(tmp, f"{backend}{r}.json")) as f:
+            rep = json.load(f)
+        err = next(e for e in rep["errors"] if e["at"] >= killed)
+        work = next(w for w in rep["failed_works"] if w["at"] >= killed)
+        conf = next(c for c in rep["configures"] if c["start"] >= killed)
+        commit = next(c for c in rep["commits"] if c["at"] >= killed)
+        rows.append({"kill_to_pg_error": work["at"] - killed,
+                     "kill_to_error": err["at"] - killed, "kill_to_quorum": conf["start"] - killed,
+                     "configure": conf["s"], "kill_to_commit": commit["at"] - killed,
+                     "first_configure": rep["configures"][0]["s"], "error": err["error"],
+                     "world": conf["world"]})
+    return rows
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--backends", default="tandem,gloo")
+    p.add_argument("--replicas", type=int, default=3)
+    p.add_argument("--trials", type=int, default=3)
+    p.add_argument("--heartbeat-ms", type=int, default=1000,
+                   help="the lighthouse's heartbeat timeout (torchft's default: 5000)")
+    p.add_argument("--warm", type=int, default=5, help="steps before the kill")
+    p.add_argument("--after", type=int, default=3, help="steps the survivors commit after it")
+    args = p.parse_args()
+    if args.worker:
+        worker(json.loads(args.worker))
+        return
+    keys = ["kill_to_pg_error", "kill_to_error", "kill_to_quorum", "configure", "kill_to_commit",
+            "first_configure"]
+    everything = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for t in range(args.trials):
+            for backend in args.backends.split(","):
+                rows = trial(backend, args, tmp)
+                everything.setdefault(backend, []).extend(rows)
+                for row in rows:
+                    print(f"trial: {t} backend={backend} world_after={row['world']} "
+                          + " ".join(f"{k}_ms={row[k] * 1e3:.1f}" for k in keys)
+                          + f" error={row['error'].splitlines()[0][:120]!r}", flush=True)
+    for backend, rows in everything.items():
+        print(f"row: backend={backend} replicas={args.replicas} heartbeat_ms={args.heartbeat_ms} "
+              f"samples={len(rows)} "
+              + " ".join(f"{k}_ms={statistics.median(r[k] for r in rows) * 1e3:.1f}"
+                         for k in keys), flush=True)
+
+
+if __name__ == "__main__":
+    main()
