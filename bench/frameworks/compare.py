@@ -136,6 +136,8 @@ def ray_rounds(rounds, steps):
     t = time.perf_counter()
     worker_env = {"PYTHONPATH": os.pathsep.join([PYTHONPATH, WORKERS]), "OMP_NUM_THREADS": "1",
                   "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"}
+    # tandem's settings of this command reach Ray's workers (TANDEM_SPIN_US=0 ... compare.py).
+    worker_env.update({k: v for k, v in os.environ.items() if k.startswith("TANDEM_")})
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": worker_env, "worker_process_setup_hook": "tandem.torch.register"})
     init_s = time.perf_counter() - t
