@@ -188,6 +188,8 @@ ReduceOp reduce_op_of(const c10d::ReduceOp& op, at::ScalarType t, std::string_vi
 
 namespace {
 
+// The float8 types that reduce, widened to f32 (not at::isFloat8Type, which also counts
+// e8m0fnu: a scale type of powers of two, which no backend reduces).
 bool is_float8(at::ScalarType t) noexcept {
   return t == at::kFloat8_e4m3fn || t == at::kFloat8_e5m2 || t == at::kFloat8_e4m3fnuz ||
          t == at::kFloat8_e5m2fnuz;

@@ -82,8 +82,7 @@ void check_count(std::string_view coll, std::string_view name, std::size_t have,
 
 // The dtype is checked by check_view; an op that does not apply to it is refused here.
 void check_op(std::string_view coll, ReduceOp op, DataType dtype) {
-  if (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::avg) &&
-      (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::bxor) || is_floating(dtype)))
+  if (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::bxor) || !applies_to(op, dtype))
       [[unlikely]]
     explain_op(coll, op, dtype);
 }
