@@ -4,10 +4,14 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <cerrno>
 #include <cstring>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 namespace tandem::transport {
 namespace {
@@ -93,6 +97,53 @@ void Control::parse() noexcept {
       }
     }
     in_.erase(0, sizeof h + h.bytes);
+  }
+}
+
+ControlWatch::ControlWatch(std::function<void()> wake)
+    : wake_(std::move(wake)),
+      epoll_(::epoll_create1(EPOLL_CLOEXEC)),
+      stop_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  if (!epoll_ || !stop_)
+    TANDEM_THROW(ErrorCode::Io, "cannot make the watch of the control connections: {}",
+                 errno_text(errno));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = stop_.get();
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, stop_.get(), &ev) != 0)
+    TANDEM_THROW(ErrorCode::Io, "cannot watch the control connections: {}", errno_text(errno));
+  thread_ = std::thread([this] { run(); });
+}
+
+ControlWatch::~ControlWatch() {
+  const std::uint64_t one = 1;
+  while (::write(stop_.get(), &one, sizeof one) < 0 && errno == EINTR) {
+  }
+  thread_.join();
+}
+
+void ControlWatch::watch(int fd) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
+  ev.data.fd = fd;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
+    TANDEM_THROW(ErrorCode::Io, "cannot watch a control connection: {}", errno_text(errno));
+}
+
+void ControlWatch::run() noexcept {
+  std::array<epoll_event, 16> events;
+  for (;;) {
+    const int n = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), -1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;  // only a broken epoll fd fails here; the sleep slice still bounds the delay
+    }
+    bool news = false;
+    for (int i = 0; i < n; ++i) {
+      if (events[static_cast<std::size_t>(i)].data.fd == stop_.get()) return;
+      news = true;
+    }
+    if (news) wake_();
   }
 }
 

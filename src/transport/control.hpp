@@ -8,8 +8,10 @@
 #include <tandem/error.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
+#include <thread>
 
 namespace tandem::transport {
 
@@ -51,6 +53,34 @@ class Control {
   ErrorCode abort_code_ = ErrorCode::Aborted;
   std::string reason_;
   std::string in_;
+};
+
+/// Wakes a rank that sleeps on its shared-memory doorbell when a control connection has news
+/// (a peer died, aborted or left), so that the news is read at once rather than at the end of
+/// the sleep slice: a death that no data socket reports is seen as soon as the kernel closes
+/// the dead process's sockets. A thread of its own blocks in epoll_wait on the control
+/// sockets, edge-triggered (one call of `wake` per arrival; it reads nothing: the mesh's
+/// thread reads the sockets after it wakes), and on an eventfd that stops it.
+class ControlWatch {
+ public:
+  /// Starts the thread; `wake` runs on it. Throws Io when epoll or the eventfd cannot be made.
+  explicit ControlWatch(std::function<void()> wake);
+  /// Stops and joins the thread: `wake` is not running and will not run again.
+  ~ControlWatch();
+  ControlWatch(const ControlWatch&) = delete;
+  ControlWatch& operator=(const ControlWatch&) = delete;
+
+  /// Watches one more socket (any thread). The socket must outlive this object or be
+  /// removed from it by closing after the destructor ran.
+  void watch(int fd);
+
+ private:
+  void run() noexcept;
+
+  std::function<void()> wake_;
+  net::Fd epoll_;
+  net::Fd stop_;
+  std::thread thread_;
 };
 
 }  // namespace tandem::transport

@@ -17,6 +17,11 @@ void MeshImpl::attach(int peer, Control control, std::unique_ptr<Endpoint> ep) {
 
 void MeshImpl::adopt_shm(std::unique_ptr<shm::Context> ctx, std::vector<int> local) {
   shm_ = std::move(ctx);
+  // A rank sleeping on its doorbell hears of a peer's death only through the peer's control
+  // socket: the watch rings the doorbell when one has news.
+  watch_ = std::make_unique<ControlWatch>([shm = shm_.get()] { shm->ring_self(); });
+  for (const Control& c : controls_)
+    if (c.watched()) watch_->watch(c.fd());
   regions_ = std::make_shared<RegionPool>(rank_, std::move(local));
 }
 
@@ -197,6 +202,7 @@ void MeshImpl::close() noexcept {
       poisoned_.store(true, std::memory_order_release);
     }
   }
+  watch_.reset();  // before the doorbell it rings and the sockets it watches go
   drop_all();
   active_.clear();
   endpoints_.clear();

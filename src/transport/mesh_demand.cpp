@@ -84,6 +84,7 @@ void MeshImpl::attach_connected(int peer, tcp::PeerSockets sockets) {
     std::lock_guard lock(mu_);  // abort() may read the controls from another thread
     controls_[static_cast<std::size_t>(peer)] = Control(std::move(sockets.control));
   }
+  if (watch_) watch_->watch(controls_[static_cast<std::size_t>(peer)].fd());
   slot = std::move(ep);
   TANDEM_DETAIL(init, "rank {}: connected to rank {} at its first message", rank_, peer);
 }

@@ -36,7 +36,8 @@ namespace tandem::transport::detail {
 
 using namespace std::chrono_literals;
 
-// Longest single sleep: a death that no socket reports (shm only) is noticed this fast.
+// Longest single sleep. A death while only shared memory is waited on wakes the sleep at once
+// (ControlWatch); were the watch's thread not to run, it would be noticed this fast.
 inline constexpr auto kSlice = 50ms;
 // Sleep slice when both shm and tcp transfers are pending: a futex and a socket cannot be
 // waited on together, so the futex side is polled this often.
@@ -191,9 +192,10 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
   std::vector<std::unique_ptr<Endpoint>> endpoints_;
   std::vector<Endpoint*> active_;
   std::unique_ptr<shm::Context> shm_;
-  std::unique_ptr<tcp::Context> tcp_;  ///< null: every peer was connected at setup
-  std::vector<int> dialing_;           ///< peers whose requests wait for their connection
-  Clock::time_point next_liveness_{};  ///< check_peers while dialing_ is not empty
+  std::unique_ptr<ControlWatch> watch_;  ///< with shm_: wakes its sleep on control news
+  std::unique_ptr<tcp::Context> tcp_;    ///< null: every peer was connected at setup
+  std::vector<int> dialing_;             ///< peers whose requests wait for their connection
+  Clock::time_point next_liveness_{};    ///< check_peers while dialing_ is not empty
   std::optional<CpuSpread> spread_;
   std::shared_ptr<RegionPool> regions_;
   std::vector<pollfd> pfds_;
