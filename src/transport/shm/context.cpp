@@ -37,10 +37,12 @@ struct ScopedFd {
   }
 };
 
-// Data mappings are populated up front so that the first transfers take no page faults.
-void* map_shared(int fd, std::size_t bytes, std::size_t offset = 0, bool populate = true) {
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                   MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, static_cast<off_t>(offset));
+// Not populated: setup touches the lines of a ring's first lap (shm/endpoint.cpp), and the
+// rest of a ring is mapped at its first use. Mapping every page up front (4 MiB per peer) made
+// each communicator's setup milliseconds slower, for pages that small messages never reach.
+void* map_shared(int fd, std::size_t bytes, std::size_t offset = 0) {
+  void* p =
+      ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset));
   return p == MAP_FAILED ? nullptr : p;
 }
 
@@ -139,7 +141,7 @@ void Context::attach(int peer, const std::string& name) {
   Peer info;
   info.rank = peer;
   info.name = name;
-  void* head = map_shared(fd, head_bytes, 0, false);
+  void* head = map_shared(fd, head_bytes);
   if (head == nullptr)
     TANDEM_THROW(ErrorCode::Io, "cannot map rank {}'s shared-memory segment {}: {}", peer, name,
                  errno_text(errno));
