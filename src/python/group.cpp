@@ -132,7 +132,12 @@ void Group::abort() {
     std::lock_guard lock(mutex_);
     comm.swap(comm_);
   }
-  if (comm) comm->abort("the process group was aborted on this rank (ProcessGroup.abort)");
+  if (!comm) return;
+  comm->abort("the process group was aborted on this rank (ProcessGroup.abort)");
+  // The calls in flight have failed and the peers were told; the rest of the closing (joining
+  // the communicator's threads, unmapping its memory) need not hold up the caller: torchft's
+  // configure() aborts the failed quorum's group just before it makes the next one.
+  run_later([comm = std::move(comm)]() mutable { comm.reset(); });
 }
 
 WorkPtr Group::launch(c10d::OpType type, Tensors outputs, std::vector<std::shared_ptr<Work>> parts,

@@ -83,8 +83,9 @@ class Group {
   std::uint64_t sequence_number() const noexcept { return seq_.load(std::memory_order_relaxed); }
   /// Closes the communicator (graceful: the peers are told); later calls fail.
   void shutdown();
-  /// Fails the calls in flight with Aborted now and closes the communicator; later calls
-  /// fail too.
+  /// Fails the calls in flight with Aborted now and tells the peers; later calls fail too.
+  /// The communicator's threads and memory are released after the return, on the thread that
+  /// completes futures (run_later()).
   void abort();
   /// The communicator, or Error(Aborted) after shutdown() or abort().
   std::shared_ptr<Communicator> comm();

@@ -37,11 +37,17 @@ class Completer {
   // the caller must not hold), and ends the thread; returns false if that function did not
   // finish within `patience`.
   bool stop(std::chrono::milliseconds patience) {
+    std::deque<std::function<void()>> dropped;
     std::unique_lock lock(mutex_);
     stopping_ = true;
-    queue_.clear();
+    dropped.swap(queue_);
     cv_.notify_all();
-    return cv_.wait_for(lock, patience, [&] { return exited_; });
+    const bool exited = cv_.wait_for(lock, patience, [&] { return exited_; });
+    lock.unlock();
+    // What the dropped functions hold (a communicator that abort() released) goes without the
+    // lock: its destructor completes works, which post() here.
+    dropped.clear();
+    return exited;
   }
 
  private:
@@ -73,6 +79,10 @@ class Completer {
 
 bool stop_completing_futures(std::chrono::milliseconds patience) {
   return Completer::get().stop(patience);
+}
+
+void run_later(std::function<void()> fn) {
+  Completer::get().post(std::move(fn));
 }
 
 TandemWork::TandemWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,

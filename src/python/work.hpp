@@ -33,6 +33,11 @@ namespace tandem::python {
 /// now may finish. Returns false when it did not finish within `patience`.
 bool stop_completing_futures(std::chrono::milliseconds patience);
 
+/// Runs `fn` on the thread that completes the futures, after what is queued there: work that
+/// must not hold up the caller. Once that thread stopped (interpreter exit) `fn` is dropped
+/// without running, on the caller's thread.
+void run_later(std::function<void()> fn);
+
 class TandemWork final : public c10d::Work {
  public:
   /// `outputs`: what result() and the future's value hold. `timeout`: the deadline of
