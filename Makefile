@@ -21,7 +21,7 @@ FUZZ_SECONDS ?= $(if $(CI),10,20)
 STAGES_ENV = PYTHON=$(VENV)/bin/python BUILD_DIR=$(BUILD_DIR) JOBS=$(JOBS) BUILD_TYPE=$(BUILD_TYPE) WERROR=$(WERROR) \
   FUZZ_SECONDS=$(FUZZ_SECONDS)
 
-.PHONY: all deps configure build demo test test-asan test-python test-tsan fuzz clean
+.PHONY: all deps configure build demo wheel test test-asan test-python test-tsan fuzz clean
 
 all: build
 
@@ -42,6 +42,11 @@ build: configure
 demo: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target tandemrun fashion_mnist
 	$(BUILD_DIR)/bin/tandemrun --nproc-per-node 2 $(BUILD_DIR)/bin/fashion_mnist
+
+# A self-contained wheel for the torch in .venv: dist/tandem-<version>+torch<X.Y>-...whl
+# (scripts/wheel.sh; docs/python.md#wheels). Builds only what the wheel holds.
+wheel: configure
+	@BUILD_DIR=$(BUILD_DIR) PYTHON=$(VENV)/bin/python JOBS=$(JOBS) scripts/wheel.sh
 
 # The suite, then the suite under ASan+UBSan, the threaded tests under TSan and every fuzzer
 # for FUZZ_SECONDS, and the torch.distributed backend's Python tests; ends with one line

@@ -10,6 +10,7 @@ packages=(
   libcli11-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev
   libhwloc-dev libhwy-dev zlib1g-dev libucx-dev
   iproute2 procps clang-format
+  debootstrap  # the wheel's test in a minimal Debian root (scripts/minbase-check.sh)
   clang libclang-rt-14-dev llvm  # libFuzzer (make fuzz), llvm-symbolizer for sanitizer reports
   dataset-fashion-mnist
   python3 python3-dev python3-venv  # .venv: torch, pytest from pip (scripts/python-env.sh)

@@ -12,9 +12,31 @@ was lost or stalled, and what to do.
 import atexit
 import weakref
 
+import torch
 import torch.distributed as dist
 
-from tandem import _backend
+
+def _check_torch_release():
+    # The extension links torch's C++ libraries, whose ABI changes from one release (X.Y) to
+    # the next: another release would fail on a missing symbol, or worse, load.
+    try:
+        from tandem import _build
+    except ImportError:  # a source tree without a build: the extension's import says more
+        return
+    built = _build.TORCH_VERSION.split("+")[0].split(".")[:2]
+    have = torch.__version__.split("+")[0].split(".")[:2]
+    if built != have:
+        raise ImportError(
+            f"tandem was built for torch {_build.TORCH_VERSION}, but this interpreter has torch "
+            f"{torch.__version__}: install the tandem wheel built for torch {'.'.join(have)} "
+            f"(tandem-<version>+torch{'.'.join(have)}), or build one against this torch: "
+            f"`make wheel` in a clone whose .venv has it, or `pip install <clone>` here "
+            f"(docs/python.md#wheels)")
+
+
+_check_torch_release()
+
+from tandem import _backend  # noqa: E402 - after the check above
 
 BACKEND = "tandem"
 
