@@ -43,10 +43,12 @@ demo: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target tandemrun fashion_mnist
 	$(BUILD_DIR)/bin/tandemrun --nproc-per-node 2 $(BUILD_DIR)/bin/fashion_mnist
 
-# A self-contained wheel for the torch in .venv: dist/tandem-<version>+torch<X.Y>-...whl
+# A self-contained wheel for the torch in .venv, or with TORCH=X.Y.Z for that torch release
+# (fetched from PyPI, built in build-torchX.Y.Z): dist/tandem-<version>+torch<X.Y>-...whl
 # (scripts/wheel.sh; docs/python.md#wheels). Builds only what the wheel holds.
-wheel: configure
-	@BUILD_DIR=$(BUILD_DIR) PYTHON=$(VENV)/bin/python JOBS=$(JOBS) scripts/wheel.sh
+wheel: $(if $(TORCH),deps,configure)
+	@$(if $(TORCH),TORCH=$(TORCH),BUILD_DIR=$(BUILD_DIR)) PYTHON=$(VENV)/bin/python JOBS=$(JOBS) \
+	  scripts/wheel.sh
 
 # The suite, then the suite under ASan+UBSan, the threaded tests under TSan and every fuzzer
 # for FUZZ_SECONDS, and the torch.distributed backend's Python tests; ends with one line

@@ -85,3 +85,23 @@ def test_import_refuses_another_torch_release_by_name(tmp_path):
     assert "ImportError: tandem was built for torch 2.11.0+cu130" in p.stderr, p.stderr
     assert f"this interpreter has torch {torch.__version__}" in p.stderr, p.stderr
     assert f"torch{TORCH_MINOR}" in p.stderr, p.stderr
+
+
+def test_a_torch_folder_that_the_interpreter_does_not_import_is_built_against(tmp_path):
+    # make wheel TORCH=X.Y.Z configures against an unpacked torch wheel (-DTANDEM_TORCH_ROOT)
+    # without torch's CMake config; .venv's own torch package stands for it here.
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake is not installed")
+    root = os.path.dirname(torch.__file__)
+    p = run(["cmake", "-S", REPO, "-B", tmp_path / "b", "-G", "Ninja",
+             f"-DTANDEM_TORCH_ROOT={root}", f"-DPython3_EXECUTABLE={sys.executable}",
+             "-DTANDEM_BUILD_TESTS=OFF", "-DTANDEM_BUILD_BENCH=OFF", "-DTANDEM_WITH_CUDA=OFF"],
+            timeout=300)
+    version = torch.__version__.split("+")[0]
+    assert f"tandem: LibTorch {version} found ({root})" in p.stdout, p.stdout
+    assert f"building the torch.distributed backend for {sys.executable} " \
+           f"(torch {torch.__version__})" in p.stdout, p.stdout
+    cache = (tmp_path / "b" / "CMakeCache.txt").read_text()
+    for var in ("TORCH_LIBRARY", "torch_cpu_LIBRARY", "c10_LIBRARY"):
+        line = next(x for x in cache.splitlines() if x.startswith(var + ":"))
+        assert line.split("=", 1)[1].startswith(os.path.join(root, "lib")), line
