@@ -29,7 +29,7 @@ fi
 
 # Installs only when a pin is unmet (pip's own check costs seconds even when nothing is new).
 stamp="$VENV/.tandem-requirements"
-want=$(cat "$req"; command -v nvcc >/dev/null && echo "$NCCL_WHEEL")
+want=$(cat "$req"; if command -v nvcc >/dev/null; then echo "$NCCL_WHEEL"; fi)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "tandem: installing Python packages into $VENV ($(grep -v '^#' "$req" | tr '\n' ' '))" >&2
   "$py" -m pip install -q -r "$req" >&2
