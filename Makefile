@@ -25,9 +25,11 @@ STAGES_ENV = PYTHON=$(VENV)/bin/python BUILD_DIR=$(BUILD_DIR) JOBS=$(JOBS) BUILD
 
 all: build
 
+# The Debian packages and .venv, side by side (scripts/deps.sh); make demo asks only for what
+# building and running the main job need (install-deps.sh --demo).
+DEPS_FOR ?= all
 deps:
-	@scripts/install-deps.sh
-	@VENV=$(VENV) scripts/python-env.sh >/dev/null
+	@VENV=$(VENV) scripts/deps.sh $(if $(filter demo,$(DEPS_FOR)),--demo)
 
 configure: deps
 	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
@@ -38,7 +40,8 @@ configure: deps
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# Only what the main job needs (the launcher and the example), not the tests.
+# Only what the main job needs (the packages, the launcher and the example), not the tests'.
+demo: DEPS_FOR = demo
 demo: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target tandemrun fashion_mnist
 	$(BUILD_DIR)/bin/tandemrun --nproc-per-node 2 $(BUILD_DIR)/bin/fashion_mnist
