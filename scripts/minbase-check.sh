@@ -39,7 +39,8 @@ fi
 printf '127.0.0.1 localhost\n127.0.1.1 %s\n::1 localhost ip6-localhost\n' "$(hostname)" \
   >"$ROOT/etc/hosts"
 
-torch_version=$("$PYTHON" -c 'import torch; print(torch.__version__.split("+")[0])')
+# The exact build (2.13.0+cpu): a bare version could fetch another build of it (CUDA's, GBs).
+torch_version=$("$PYTHON" -c 'import torch; print(torch.__version__)')
 if ! ls "$WHEELS"/torch-"$torch_version"*.whl >/dev/null 2>&1; then
   mkdir -p "$WHEELS"
   "$PYTHON" -m pip download -q --only-binary=:all: -d "$WHEELS" "torch==$torch_version" \
