@@ -38,7 +38,7 @@ if [ -n "$TORCH" ]; then
   if [ -z "$whl" ]; then
     mkdir -p "$TORCH_CACHE"
     "$PYTHON" -m pip download -q --no-deps --only-binary=:all: -d "$TORCH_CACHE" \
-      --python-version "${py_tag#cp3}" --platform manylinux_2_28_x86_64 "torch==$TORCH" \
+      --python-version "${py_tag#cp}" --platform manylinux_2_28_x86_64 "torch==$TORCH" \
       2> >(grep -v "^WARNING: Location" >&2)
     whl=$(ls "$TORCH_CACHE"/torch-"$TORCH"[-+]*-"$py_tag"-*.whl | head -1)
   fi
@@ -66,11 +66,8 @@ trap 'rm -rf "$work"' EXIT
 stage="$work/stage"
 mkdir -p "$stage" "$work/raw" "$OUT"
 
+# The extension depends on libtandem_cuda where CUDA was found (cmake/wheel.cmake).
 cmake --build "$BUILD_DIR" -j "${JOBS:-2}" --target tandem_python tandemrun >/dev/null
-if grep -q '^TANDEM_HAVE_CUDA:INTERNAL=ON' "$BUILD_DIR/CMakeCache.txt" 2>/dev/null ||
-  [ -f "$BUILD_DIR/lib/libtandem_cuda.so" ]; then
-  cmake --build "$BUILD_DIR" -j "${JOBS:-2}" --target tandem_cuda >/dev/null
-fi
 cmake --install "$BUILD_DIR" --component python --prefix "$stage" >/dev/null
 cp src/python/tandem/*.py "$stage/tandem/"
 # A wheel stores a symbolic link as a second copy: keep the file under the name the loader
