@@ -1,6 +1,6 @@
-// Transport figures between two ranks of this host (not a test: run with
-//   test_unit_transport --gtest_also_run_disabled_tests --gtest_filter='TransportBench.*'
-// ). Prints latency (ping-pong round trip, one-way = half of it, the two-way 8-byte
+// Transport figures between two ranks of this host, forked by the tests' multi-process harness:
+//   build/bin/tandem-transport-bench [shm|tcp]...   (both when none is named)
+// Prints latency (ping-pong round trip, one-way = half of it, the two-way 8-byte
 // exchange an allreduce does, and a one-way stream of 8-byte messages) and bandwidth (64 MiB one
 // way and both ways, and a 2-rank ring allreduce of 128 MiB built from one reduce-scatter and one
 // allgather step), for shm and tcp, spinning (TANDEM_SPIN_US=50) and blocking at once
@@ -11,10 +11,11 @@
 // tcp is processed in softirq context, often by ksoftirqd, and starving it stalls every
 // stream in 4 ms timer ticks.
 
-#include "mesh_test_util.hpp"
+#include "unit/transport/mesh_test_util.hpp"
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <sched.h>
 #include <sys/resource.h>
 #include <thread>
@@ -203,20 +204,38 @@ void bench(const RankContext& ctx, const LinkParam& link, std::chrono::microseco
   }
 }
 
-void bench_link(const LinkParam& link) {
+// Both spin settings for `link`; false when a rank failed (its exit printed).
+bool bench_link(const LinkParam& link) {
+  bool ok = true;
   for (auto spin : {50us, 0us}) {
-    testing::expect_all_ok(testing::run_ranks(
+    const auto exits = testing::run_ranks(
         2, [&](const RankContext& ctx) { bench(ctx, link, spin); },
-        run_options(unique_run_id("bench"), 600s)));
+        run_options(unique_run_id("bench"), 600s));
+    for (const auto& e : exits) {
+      if (e.ok()) continue;
+      std::fprintf(stderr, "%s\n", testing::describe(e).c_str());
+      ok = false;
+    }
   }
-}
-
-TEST(TransportBench, DISABLED_Shm) {
-  bench_link(kShm);
-}
-TEST(TransportBench, DISABLED_Tcp) {
-  bench_link(kTcp);
+  return ok;
 }
 
 }  // namespace
 }  // namespace tandem::transport::test
+
+int main(int argc, char** argv) {
+  using namespace tandem::transport::test;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], kShm.name) != 0 && std::strcmp(argv[i], kTcp.name) != 0) {
+      std::fprintf(stderr, "usage: %s [shm|tcp]...: %s is not a link\n", argv[0], argv[i]);
+      return 2;
+    }
+  }
+  bool ok = true;
+  for (const LinkParam* link : {&kShm, &kTcp}) {
+    bool named = argc < 2;
+    for (int i = 1; i < argc; ++i) named = named || std::strcmp(argv[i], link->name) == 0;
+    if (named) ok = bench_link(*link) && ok;
+  }
+  return ok ? 0 : 1;
+}

@@ -225,7 +225,6 @@ class RingSteps {
   int send_block(int s) const noexcept { return mod(r - s - shift_, n); }
   int recv_block(int s) const noexcept { return send_block(s + 1); }
   std::size_t size_of(int b) const noexcept { return off_[b + 1] - off_[b]; }
-  std::size_t offset_of(int b) const noexcept { return off_[b]; }
   /// Chunks received, resp. sent, over all steps: the sizes of the request batches.
   std::size_t recv_chunks() const noexcept { return chunks(1); }
   std::size_t send_chunks() const noexcept { return chunks(0); }

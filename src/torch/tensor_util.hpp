@@ -39,28 +39,6 @@ inline std::optional<DataType> to_dtype(c10::ScalarType t) noexcept {
   }
 }
 
-inline c10::ScalarType to_scalar_type(DataType t) noexcept {
-  switch (t) {
-    case DataType::f32:
-      return c10::ScalarType::Float;
-    case DataType::f64:
-      return c10::ScalarType::Double;
-    case DataType::f16:
-      return c10::ScalarType::Half;
-    case DataType::bf16:
-      return c10::ScalarType::BFloat16;
-    case DataType::i8:
-      return c10::ScalarType::Char;
-    case DataType::u8:
-      return c10::ScalarType::Byte;
-    case DataType::i32:
-      return c10::ScalarType::Int;
-    case DataType::i64:
-      return c10::ScalarType::Long;
-  }
-  return c10::ScalarType::Float;
-}
-
 /// "f32 [32, 1, 3, 3] on cpu"
 inline std::string describe(const ::torch::Tensor& t) {
   if (!t.defined()) return "undefined";

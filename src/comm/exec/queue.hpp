@@ -228,12 +228,6 @@ inline void Queue::assign_sequence(Op& op, std::uint64_t state) {
   c.seq = state / kSeqOne;
   // Point to point does not advance the collective sequence; sender and receiver derive
   // the same tag from the user's tag and the message shape.
-#ifdef TANDEM_NO_CALL_CHECKS  // only to measure what the default checks cost (README)
-  if (!is_p2p(c.kind)) {
-    c.tag = 0;
-    return;
-  }
-#endif
   c.tag = algorithms::fingerprint_with(op.shape_print, is_p2p(c.kind) ? op.user_tag : c.seq);
 }
 

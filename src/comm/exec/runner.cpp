@@ -22,11 +22,7 @@ void Runner::execute(const Op& op, std::uint64_t seq, Clock::time_point now) {
                                                         : std::string_view("device");
   const auto ticket =
       diag.recorder.start(c.kind, op.shape_dtype, op.shape_count, c.root, seq, algo, now);
-#ifdef TANDEM_NO_CALL_CHECKS
-  const bool collective = false;
-#else
   const bool collective = diag.monitor && !is_p2p(c.kind);
-#endif
   if (collective) diag.monitor->entered(c.kind, op.shape_dtype, op.shape_count, c.root, seq, now);
   if (diag.trace) [[unlikely]]
     trace_begin(*diag.trace, op, now);

@@ -172,8 +172,6 @@ class Connector {
   std::string decide(Incoming& in);
   /// Files a completed connection; `tune`: set its socket options (accepted ones).
   void keep(int peer, int purpose, net::Fd fd, bool tune);
-  /// Hands `peer` out when all its connections are in.
-  void complete_if_whole(int peer);
   void cancel_dials(int peer);
   void accept_new();
   [[noreturn]] void throw_missing(std::span<const int> peers, Clock::time_point start) const;
