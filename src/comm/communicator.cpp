@@ -5,6 +5,7 @@
 #include "comm/diag/validate.hpp"
 #include "comm/impl.hpp"
 #include "core/coarse_clock.hpp"
+#include "core/fields.hpp"
 
 #include <tandem/communicator.hpp>
 #include <tandem/error.hpp>
@@ -42,6 +43,14 @@ void set_deadline(const Impl& impl, comm::Op& x, const CallOptions& o) noexcept 
   c.deadline = timeout >= Deadline::max() - x.issued ? Deadline::max() : x.issued + timeout;
   if (o.deadline && *o.deadline < c.deadline) c.deadline = *o.deadline;
 }
+
+// The memo reuses an operation built for an earlier call's options, so every field of
+// CallOptions is either applied to it again on each call (deadline: set_deadline(); stream:
+// repeated()) or makes the call one that is not memoised (algorithm: memoisable()). A field
+// added to CallOptions fails this check until it has been given one of those places here.
+static_assert(core::field_count<CallOptions>() == 3,
+              "CallOptions changed: handle the new field in memoisable() or repeated(), then "
+              "update this count");
 
 bool memoisable(const Impl& impl, std::span<const std::size_t> counts,
                 const CallOptions& o) noexcept {
