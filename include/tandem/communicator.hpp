@@ -223,9 +223,14 @@ class Communicator {
   /// The communicator's default timeout.
   std::chrono::milliseconds timeout() const noexcept;
   /// Sets the timeout of the calls made from now on (the deadline of each call counts from
-  /// when it is made; calls already made keep theirs). Throws Error(InvalidArgument) for a
-  /// timeout that is not positive. The device backend, once made, keeps the timeout it had.
+  /// when it is made; calls already made keep theirs), and of everything that waits on this
+  /// communicator's behalf: its store's waits, the stall report (which names the timeout),
+  /// the device backend's waits. Throws Error(InvalidArgument) for a timeout that is not
+  /// positive.
   void set_timeout(std::chrono::milliseconds timeout);
+  /// The timeout as a handle that follows set_timeout() (and stays readable after the
+  /// communicator is gone).
+  SharedTimeout shared_timeout() const noexcept;
   /// The store this communicator rendezvoused through.
   const std::shared_ptr<store::Store>& store() const noexcept;
 

@@ -76,15 +76,20 @@ class Store {
   /// 0 for stores without a server.
   virtual std::uint64_t requests() const noexcept { return 0; }
 
-  /// Default timeout for the convenience overloads below.
-  std::chrono::milliseconds timeout() const noexcept { return timeout_; }
-  void set_timeout(std::chrono::milliseconds t) noexcept { timeout_ = t; }
+  /// Default timeout for the convenience overloads below (and, for a TcpStore, of the
+  /// requests that take no deadline).
+  std::chrono::milliseconds timeout() const noexcept { return timeout_.get(); }
+  void set_timeout(std::chrono::milliseconds t) noexcept { timeout_.set(t); }
+  /// Makes this store's timeout `t` itself, not a copy: a later set() of `t` (or set_timeout()
+  /// here) changes both (a communicator shares its timeout with its store this way). Call it
+  /// before the store is used from other threads.
+  void share_timeout(SharedTimeout t) noexcept { timeout_ = std::move(t); }
 
-  std::string get(std::string_view key) { return get(key, deadline_in(timeout_)); }
-  void wait(std::span<const std::string> keys) { wait(keys, deadline_in(timeout_)); }
+  std::string get(std::string_view key) { return get(key, deadline_in(timeout())); }
+  void wait(std::span<const std::string> keys) { wait(keys, deadline_in(timeout())); }
 
- protected:
-  std::chrono::milliseconds timeout_{std::chrono::minutes(10)};
+ private:
+  SharedTimeout timeout_;
 };
 
 /// Options of a TcpStore client or server.

@@ -3,9 +3,11 @@
 /// The core vocabulary of tandem: data types, reduction operations, devices,
 /// buffer views and deadlines. Every layer speaks in these terms.
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -170,5 +172,20 @@ Deadline deadline_in(std::chrono::duration<Rep, Period> d) noexcept {
   const auto want = std::chrono::duration_cast<Clock::duration>(d);
   return want >= left ? Deadline::max() : now + want;
 }
+
+/// A timeout with one owner and many readers: copies share one value, so a set() through any
+/// copy is what every copy's next get() returns. A communicator's timeout is one: its calls,
+/// its store's waits, its stall report and its device backend all read it, and
+/// Communicator::set_timeout() changes it for all of them. Thread-safe.
+class SharedTimeout {
+ public:
+  explicit SharedTimeout(std::chrono::milliseconds t = std::chrono::minutes(10))
+      : value_(std::make_shared<std::atomic<std::chrono::milliseconds>>(t)) {}
+  std::chrono::milliseconds get() const noexcept { return value_->load(std::memory_order_relaxed); }
+  void set(std::chrono::milliseconds t) noexcept { value_->store(t, std::memory_order_relaxed); }
+
+ private:
+  std::shared_ptr<std::atomic<std::chrono::milliseconds>> value_;
+};
 
 }  // namespace tandem

@@ -339,6 +339,10 @@ void Communicator::set_timeout(std::chrono::milliseconds timeout) {
   impl_->config.set_timeout(timeout);
 }
 
+SharedTimeout Communicator::shared_timeout() const noexcept {
+  return impl_->config.shared_timeout();
+}
+
 const std::shared_ptr<store::Store>& Communicator::store() const noexcept {
   return impl_->rendezvous.base_store;
 }

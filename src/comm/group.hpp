@@ -49,12 +49,12 @@ struct Config {
   CommOptions options;
   /// The deadline of the calls made from now on (Communicator::set_timeout() may change it
   /// while calls run on other threads).
-  std::chrono::milliseconds timeout() const noexcept {
-    return timeout_.load(std::memory_order_relaxed);
-  }
-  void set_timeout(std::chrono::milliseconds t) noexcept {
-    timeout_.store(t, std::memory_order_relaxed);
-  }
+  std::chrono::milliseconds timeout() const noexcept { return timeout_.get(); }
+  void set_timeout(std::chrono::milliseconds t) noexcept { timeout_.set(t); }
+  /// The timeout itself, for whatever reads it after setup (the store's waits, the monitor's
+  /// stall report, the device backend): one value, which set_timeout() changes for all.
+  /// MeshOptions::connect_timeout is setup's deadline only, read before set_timeout() can run.
+  const SharedTimeout& shared_timeout() const noexcept { return timeout_; }
   AlgoPolicy policy;
   /// Which host each rank runs on (one host when size == 1).
   algorithms::HostLayout hosts;
@@ -68,7 +68,7 @@ struct Config {
   std::chrono::microseconds lazy_start{0};
 
  private:
-  std::atomic<std::chrono::milliseconds> timeout_{std::chrono::minutes(10)};
+  SharedTimeout timeout_;
 };
 
 }  // namespace tandem::comm

@@ -142,7 +142,7 @@ std::unique_ptr<comm::DeviceBackend> make_cuda_backend(const comm::DeviceSetup& 
   const auto texts =
       transport::gather(*setup.store, setup.rank, encode(mine),
                         {.prefix = "gpu/choice/", .what = "GPU record", .from = everyone},
-                        deadline_in(setup.timeout), setup.check_peers);
+                        deadline_in(setup.timeout.get()), setup.check_peers);
   std::vector<GpuRecord> records(static_cast<std::size_t>(setup.size));
   records[static_cast<std::size_t>(setup.rank)] = mine;
   for (std::size_t i = 0; i < everyone.size(); ++i)

@@ -37,7 +37,7 @@ bool poll_once(const std::function<bool()>& finished, Deadline deadline, std::st
     TANDEM_THROW(ErrorCode::Timeout,
                  "{} did not complete within its deadline (timeout {} ms): a peer never joined "
                  "it or is stuck{}. Raise TANDEM_TIMEOUT if the work legitimately takes longer",
-                 what, hooks.timeout.count(),
+                 what, hooks.timeout.get().count(),
                  hooks.on_timeout.empty() ? std::string() : fmt::format("; {}", hooks.on_timeout));
   if (hooks.check_peers && now >= next_check) {
     hooks.check_peers();  // PeerLost naming a rank that died

@@ -23,9 +23,9 @@ struct WaitHooks {
   std::function<void()> check_peers;
   /// Asked after every poll (NCCL's asynchronous error); may throw.
   std::function<void()> after_poll;
-  /// The communicator's timeout and what the Timeout message adds ("the NCCL communicator
-  /// is aborted").
-  std::chrono::milliseconds timeout{0};
+  /// The communicator's timeout (as it is when a wait times out) and what the Timeout
+  /// message adds ("the NCCL communicator is aborted").
+  SharedTimeout timeout;
   std::string_view on_timeout;
   /// How often check_peers is asked (the mesh's control connections, a poll() of a few
   /// sockets, by the thread that waits: every millisecond).

@@ -98,6 +98,7 @@ Group::Group(std::shared_ptr<store::Store> store, int rank, int size,
   // start within 200 us when nobody waits for them.
   options.lazy_start = std::chrono::microseconds(200);
   comm_ = Communicator::create(std::move(store), rank, size, options);
+  timeout_ = comm_->shared_timeout();
 }
 
 Group::~Group() = default;
@@ -114,7 +115,6 @@ std::shared_ptr<Communicator> Group::comm() {
 
 void Group::set_timeout(std::chrono::milliseconds timeout) {
   comm()->set_timeout(timeout);
-  timeout_.store(timeout, std::memory_order_relaxed);
 }
 
 void Group::shutdown() {

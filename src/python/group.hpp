@@ -76,9 +76,7 @@ class Group {
 
   /// The timeout of the calls made from now on (and of Work::wait() without one).
   void set_timeout(std::chrono::milliseconds timeout);
-  std::chrono::milliseconds timeout() const noexcept {
-    return timeout_.load(std::memory_order_relaxed);
-  }
+  std::chrono::milliseconds timeout() const noexcept { return timeout_.get(); }
   /// Collectives issued so far (torch's sequence number of the group).
   std::uint64_t sequence_number() const noexcept { return seq_.load(std::memory_order_relaxed); }
   /// Closes the communicator (graceful: the peers are told); later calls fail.
@@ -112,8 +110,8 @@ class Group {
 
   int rank_;
   int size_;
-  std::atomic<std::chrono::milliseconds> timeout_;
-  std::mutex mutex_;  // guards comm_ against shutdown()
+  SharedTimeout timeout_;  ///< the communicator's, readable after shutdown()
+  std::mutex mutex_;       // guards comm_ against shutdown()
   std::shared_ptr<Communicator> comm_;
   std::atomic<std::uint64_t> seq_{0};
   std::shared_ptr<StagingPool> pool_ = std::make_shared<StagingPool>();

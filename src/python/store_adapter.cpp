@@ -35,7 +35,7 @@ auto translated(std::string_view what, std::string_view key, F&& f) -> decltype(
 
 C10dStore::C10dStore(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {
   TANDEM_CHECK_ARG(store_, "the torch.distributed store is null");
-  timeout_ = store_->getTimeout();
+  set_timeout(store_->getTimeout());
 }
 
 void C10dStore::set(std::string_view key, std::string_view value) {

@@ -262,14 +262,14 @@ FileStore::FileStore(std::string path) : impl_(std::make_unique<Impl>()) {
   impl_->path = std::move(path);
   impl_->open_for_this_process();
   Impl::Locked lock(*impl_,
-                    deadline_after_ms(timeout_.count()));  // validates (or writes) the header
+                    deadline_after_ms(timeout().count()));  // validates (or writes) the header
 }
 
 FileStore::~FileStore() = default;
 
 void FileStore::set(std::string_view key, std::string_view value) {
   check_key(key);
-  Impl::Locked lock(*impl_, deadline_after_ms(timeout_.count()));
+  Impl::Locked lock(*impl_, deadline_after_ms(timeout().count()));
   impl_->append(kSetRecord, key, value);
 }
 
@@ -281,7 +281,7 @@ std::string FileStore::get(std::string_view key, Deadline deadline) {
 
 std::int64_t FileStore::add(std::string_view key, std::int64_t delta) {
   check_key(key);
-  Impl::Locked lock(*impl_, deadline_after_ms(timeout_.count()));
+  Impl::Locked lock(*impl_, deadline_after_ms(timeout().count()));
   auto it = impl_->map.find(std::string(key));
   std::optional<std::string_view> current;
   if (it != impl_->map.end()) current = it->second;
@@ -294,7 +294,7 @@ std::int64_t FileStore::add(std::string_view key, std::int64_t delta) {
 std::string FileStore::compare_set(std::string_view key, std::string_view expected,
                                    std::string_view desired) {
   check_key(key);
-  Impl::Locked lock(*impl_, deadline_after_ms(timeout_.count()));
+  Impl::Locked lock(*impl_, deadline_after_ms(timeout().count()));
   auto it = impl_->map.find(std::string(key));
   const bool matches = it == impl_->map.end() ? expected.empty() : it->second == expected;
   if (!matches) return it == impl_->map.end() ? std::string() : it->second;
@@ -310,25 +310,25 @@ void FileStore::wait(std::span<const std::string> keys, Deadline deadline) {
 
 bool FileStore::check(std::span<const std::string> keys) {
   check_key_count(keys.size());
-  Impl::Locked lock(*impl_, deadline_after_ms(timeout_.count()));
+  Impl::Locked lock(*impl_, deadline_after_ms(timeout().count()));
   return impl_->missing(keys).empty();
 }
 
 bool FileStore::delete_key(std::string_view key) {
   check_key(key);
-  Impl::Locked lock(*impl_, deadline_after_ms(timeout_.count()));
+  Impl::Locked lock(*impl_, deadline_after_ms(timeout().count()));
   if (!impl_->map.contains(std::string(key))) return false;
   impl_->append(kDeleteRecord, key, {});
   return true;
 }
 
 std::int64_t FileStore::num_keys() {
-  Impl::Locked lock(*impl_, deadline_after_ms(timeout_.count()));
+  Impl::Locked lock(*impl_, deadline_after_ms(timeout().count()));
   return static_cast<std::int64_t>(impl_->map.size());
 }
 
 std::int64_t FileStore::num_keys_with_prefix(std::string_view prefix) {
-  Impl::Locked lock(*impl_, deadline_after_ms(timeout_.count()));
+  Impl::Locked lock(*impl_, deadline_after_ms(timeout().count()));
   return std::count_if(impl_->map.begin(), impl_->map.end(),
                        [&](const auto& kv) { return kv.first.starts_with(prefix); });
 }

@@ -6,7 +6,7 @@ namespace tandem::store {
 PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> base)
     : prefix_(std::move(prefix)), base_(std::move(base)) {
   TANDEM_CHECK_ARG(base_ != nullptr, "PrefixStore '{}': the base store is null", prefix_);
-  timeout_ = base_->timeout();
+  set_timeout(base_->timeout());
 }
 
 std::string PrefixStore::base_key(std::string_view k) const {

@@ -177,7 +177,7 @@ TcpStore::TcpStore(std::string host, std::uint16_t port, TcpStoreOptions options
   impl_->limits.max_value_bytes = impl_->options.max_value_bytes;
   impl_->limits.max_key_bytes = kMaxKeyBytes;
   impl_->limits.max_keys = kMaxKeysPerCall;
-  timeout_ = impl_->options.timeout;
+  set_timeout(impl_->options.timeout);
   impl_->connect();
 }
 

@@ -28,7 +28,8 @@ struct DeviceSetup {
   Device device;
   /// This communicator's store namespace (the backend adds its own prefix).
   std::shared_ptr<store::Store> store;
-  std::chrono::milliseconds timeout{std::chrono::minutes(10)};
+  /// The communicator's timeout (Communicator::set_timeout() changes it here too).
+  SharedTimeout timeout;
   /// Throws Error(PeerLost) naming a rank known to be gone (the mesh's control connections,
   /// the store's watch) or Error(Aborted) when a peer aborted. Cheap: the backend calls it
   /// every millisecond or so while it waits for the device or the peers.

@@ -37,9 +37,9 @@ std::chrono::milliseconds interval_for(std::chrono::nanoseconds stall_warn) {
 
 std::shared_ptr<Monitor> Monitor::start(std::shared_ptr<store::Store> store, int rank, int size,
                                         std::string name, std::chrono::nanoseconds stall_warn,
-                                        std::chrono::milliseconds timeout) {
-  auto m =
-      std::make_shared<Monitor>(std::move(store), rank, size, std::move(name), stall_warn, timeout);
+                                        SharedTimeout timeout) {
+  auto m = std::make_shared<Monitor>(std::move(store), rank, size, std::move(name), stall_warn,
+                                     std::move(timeout));
   // No first record is published: until a rank has one, its address record stands for it
   // (read_records()), which says the same (its host and pid, no collective yet) at no store
   // request of its own.
@@ -49,14 +49,14 @@ std::shared_ptr<Monitor> Monitor::start(std::shared_ptr<store::Store> store, int
 }
 
 Monitor::Monitor(std::shared_ptr<store::Store> store, int rank, int size, std::string name,
-                 std::chrono::nanoseconds stall_warn, std::chrono::milliseconds timeout)
+                 std::chrono::nanoseconds stall_warn, SharedTimeout timeout)
     : store_(std::move(store)),
       rank_(rank),
       size_(size),
       name_(std::move(name)),
       host_(net::local_host_name()),
       stall_warn_(stall_warn),
-      timeout_(timeout),
+      timeout_(std::move(timeout)),
       interval_(interval_for(stall_warn)) {}
 
 Monitor::~Monitor() {
@@ -295,7 +295,7 @@ void Monitor::report_stall(const ProgressRecord& mine) {
               "communicator '{}': {} has not completed after {:g} s (TANDEM_STALL_WARN): {}. It "
               "fails at TANDEM_TIMEOUT ({:g} s after it started) unless the missing ranks arrive",
               name_, mine.current(), std::chrono::duration<double>(stall_warn_).count(), what,
-              std::chrono::duration<double>(timeout_).count());
+              std::chrono::duration<double>(timeout_.get()).count());
 }
 
 }  // namespace tandem::comm

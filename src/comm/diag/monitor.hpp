@@ -36,7 +36,7 @@ class Monitor : public std::enable_shared_from_this<Monitor> {
   /// zero: no stall report.
   static std::shared_ptr<Monitor> start(std::shared_ptr<store::Store> store, int rank, int size,
                                         std::string name, std::chrono::nanoseconds stall_warn,
-                                        std::chrono::milliseconds timeout);
+                                        SharedTimeout timeout);
   /// Called (on the monitor's thread, never after stop() returned) when the ranks' progress
   /// shows that they are inside the same collective with different calls: a mismatch that
   /// left every rank waiting, which the fingerprints cannot see because no message met a
@@ -57,7 +57,7 @@ class Monitor : public std::enable_shared_from_this<Monitor> {
 
   /// Use start().
   Monitor(std::shared_ptr<store::Store> store, int rank, int size, std::string name,
-          std::chrono::nanoseconds stall_warn, std::chrono::milliseconds timeout);
+          std::chrono::nanoseconds stall_warn, SharedTimeout timeout);
   ~Monitor();
   Monitor(const Monitor&) = delete;
   Monitor& operator=(const Monitor&) = delete;
@@ -155,7 +155,7 @@ class Monitor : public std::enable_shared_from_this<Monitor> {
   const std::string name_;
   const std::string host_;
   const std::chrono::nanoseconds stall_warn_;
-  const std::chrono::milliseconds timeout_;
+  const SharedTimeout timeout_;  ///< the communicator's (set_timeout() changes it)
   const std::chrono::milliseconds interval_;
 
   std::uint64_t written_ = 0;  ///< the writer's copy of version_

@@ -156,7 +156,7 @@ DeviceBackend& Runner::device_for(Device device) {
     setup.size = id_.size;
     setup.device = device;
     setup.store = rendezvous_.store;
-    setup.timeout = config_.timeout();
+    setup.timeout = config_.shared_timeout();
     setup.label = fmt::format("communicator '{}'", rendezvous_.prefix);
     // The mesh's control connections notice a death at once; the store's watch (a round
     // trip) is asked every kLivenessPoll.

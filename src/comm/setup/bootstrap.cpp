@@ -404,7 +404,7 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
   impl->rendezvous.prefix = prefix;
   impl->rendezvous.base_store = store;
   impl->rendezvous.store = std::make_shared<store::PrefixStore>(prefix, store);
-  impl->rendezvous.store->set_timeout(impl->config.timeout());
+  impl->rendezvous.store->share_timeout(impl->config.shared_timeout());
   impl->config.lazy_start = options.lazy_start;
   impl->config.options = std::move(options);
   if (is_world) log::set_rank(rank, size);
@@ -454,7 +454,7 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
     }
     impl->runner.diag.monitor =
         Monitor::start(impl->rendezvous.store, rank, size, prefix,
-                       settings::get_seconds("TANDEM_STALL_WARN"), impl->config.timeout());
+                       settings::get_seconds("TANDEM_STALL_WARN"), impl->config.shared_timeout());
     impl->runner.diag.monitor->on_mismatch([self = impl.get()](const std::string& what) {
       self->runner.poison(
           ErrorCode::Mismatch,

@@ -41,7 +41,7 @@ constexpr std::size_t kExported = 64;
 
 Context::Context(const comm::DeviceSetup& setup, const WaitHooks& hooks)
     : rank_(setup.rank), hooks_(hooks), staging_(2 * kHalfBytes) {
-  const Deadline deadline = deadline_in(setup.timeout);
+  const Deadline deadline = deadline_in(setup.timeout.get());
   auto store = std::make_shared<store::PrefixStore>("cuda_ipc/", setup.store);
   std::vector<int> others;
   for (int r = 0; r < setup.size; ++r)

@@ -43,7 +43,7 @@ std::string describe_call(const algorithms::Call& c, Device device) {
 
 NcclBackend::NcclBackend(const comm::DeviceSetup& setup) : setup_(setup) {
   const auto start = Clock::now();
-  const Deadline deadline = deadline_in(setup_.timeout);
+  const Deadline deadline = deadline_in(setup_.timeout.get());
   use_device(setup_.device);
   stream_ = std::make_unique<Stream>();
   ready_ = std::make_unique<Event>();
