@@ -11,7 +11,7 @@ namespace {
 
 using tools_api::TopoDevice;
 
-// The devices of the matrix, GPUs first, then NICs: the order of Topology::paths.
+// The devices of the matrix, GPUs first, then NICs: the order of tools_api::path_matrix().
 struct Column {
   std::string label;
   const TopoDevice* device;
@@ -43,7 +43,7 @@ std::string bytes_text(std::uint64_t b) {
 std::string summary(const tools_api::Topology& t) {
   std::string s = fmt::format("Topology of {} ({}): {} NUMA node(s), {} core(s), {} CPU(s)\n",
                               t.hostname.empty() ? "?" : t.hostname, t.source, t.numa_nodes.size(),
-                              t.cores.size(), t.cpus.size());
+                              t.cores.size(), t.all_cpus().size());
   for (const tools_api::NumaNode& n : t.numa_nodes)
     s += fmt::format("  NUMA node {}: CPUs {}, {} memory\n", n.os_index,
                      n.cpus.empty() ? "none" : tools_api::to_string(n.cpus), bytes_text(n.memory));
@@ -64,7 +64,7 @@ std::string summary(const tools_api::Topology& t) {
                 t.gpus_without_driver > 0
                     ? fmt::format("; {} NVIDIA device(s) on PCI left out", t.gpus_without_driver)
                     : "");
-  s += fmt::format("  PCI devices: {}; GPUs: {} ({}); NICs: {}\n", t.pci_devices, t.gpus.size(),
+  s += fmt::format("  PCI devices: {}; GPUs: {} ({}); NICs: {}\n", t.pci.size(), t.gpus.size(),
                    gpus, t.nics.size());
   return s;
 }
@@ -81,9 +81,10 @@ std::string device_matrix(const tools_api::Topology& t) {
   std::string s = pad("", 8);
   for (const auto& c : cols) s += pad(c.label, 8);
   s += pad("CPU Affinity", aff + 4) + "NUMA Affinity\n";
+  const auto paths = tools_api::path_matrix(t);
   for (std::size_t a = 0; a < cols.size(); ++a) {
     s += pad(cols[a].label, 8);
-    for (const std::string& path : t.paths[a]) s += pad(" " + path, 8);
+    for (const std::string& path : paths[a]) s += pad(" " + path, 8);
     s += pad(tools_api::to_string(cols[a].device->cpus), aff + 4) +
          numa_text(cols[a].device->numa) + "\n";
   }
@@ -167,9 +168,12 @@ std::string measured(const RankPlan& p, const Measurements& m) {
 
 nlohmann::json device_json(const tools_api::Topology& t, const Column& c) {
   const TopoDevice& d = *c.device;
-  return {{"name", d.name},         {"busid", d.busid},
-          {"numa", d.numa},         {"cpus", tools_api::to_string(d.cpus)},
-          {"bridges", d.bridges},   {"kind", c.gpu ? "gpu" : "nic"},
+  return {{"name", d.name},
+          {"busid", d.busid},
+          {"numa", d.numa},
+          {"cpus", tools_api::to_string(d.cpus)},
+          {"bridges", d.bridges.size()},
+          {"kind", c.gpu ? "gpu" : "nic"},
           {"nvml", c.gpu && t.nvml}};
 }
 
@@ -197,7 +201,7 @@ nlohmann::json json_report(const tools_api::Topology& t, const RankPlan& p, cons
   j["hostname"] = t.hostname;
   j["source"] = t.source;
   j["nvml"] = t.nvml;
-  j["cpus"] = tools_api::to_string(t.cpus);
+  j["cpus"] = tools_api::to_string(t.all_cpus());
   for (const auto& n : t.numa_nodes)
     j["numa_nodes"].push_back(
         {{"os_index", n.os_index}, {"memory", n.memory}, {"cpus", tools_api::to_string(n.cpus)}});
@@ -208,13 +212,14 @@ nlohmann::json json_report(const tools_api::Topology& t, const RankPlan& p, cons
     j["caches"].push_back(
         {{"level", c.level}, {"size", c.size}, {"cpus", tools_api::to_string(c.cpus)}});
   const auto cols = columns(t);
+  const auto paths = tools_api::path_matrix(t);
   j["devices"] = nlohmann::json::array();
   j["paths"] = nlohmann::json::array();
   for (std::size_t a = 0; a < cols.size(); ++a) {
     nlohmann::json d = device_json(t, cols[a]);
     d["label"] = cols[a].label;
     j["devices"].push_back(d);
-    j["paths"].push_back(t.paths[a]);
+    j["paths"].push_back(paths[a]);
   }
   nlohmann::json ranks;
   ranks["nproc_per_node"] = p.nproc;

@@ -50,8 +50,8 @@ std::optional<std::string> numeric(const sockaddr* sa) {
 std::set<std::string> resolve_all(const std::string& host) {
   std::set<std::string> out;
   try {
-    for (const sockaddr_storage& a : tools_api::resolve(host)) {
-      if (auto s = numeric(reinterpret_cast<const sockaddr*>(&a))) out.insert(*s);
+    for (const auto& a : tools_api::resolve(host, 0)) {
+      if (auto s = numeric(a.get())) out.insert(*s);
     }
   } catch (const Error&) {
   }
