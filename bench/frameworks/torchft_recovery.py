@@ -67,6 +67,16 @@ def worker(cfg):
         configures.append({"start": t0, "s": time.monotonic() - t0, "world": world_size})
 
     pg.configure = timed_configure
+    create_pg = pg._create_pg
+    made = []
+
+    def timed_create_pg(*a, **kw):
+        t0 = time.monotonic()
+        out = create_pg(*a, **kw)
+        made.append({"start": t0, "s": time.monotonic() - t0})
+        return out
+
+    pg._create_pg = timed_create_pg
     failed_works = []
     allreduce = pg.allreduce
 
@@ -145,7 +155,7 @@ def worker(cfg):
             if commits[-1]["participants"] < cfg["replicas"]:
                 after += 1
     with open(cfg["report"], "w") as f:
-        json.dump({"configures": configures, "errors": errors, "commits": commits,
+        json.dump({"configures": configures, "made": made, "errors": errors, "commits": commits,
                    "failed_works": failed_works}, f)
     pg.shutdown()
     manager.shutdown(wait=False)
@@ -189,10 +199,11 @@ def trial(backend, args, tmp):
         err = next(e for e in rep["errors"] if e["at"] >= killed)
         work = next(w for w in rep["failed_works"] if w["at"] >= killed)
         conf = next(c for c in rep["configures"] if c["start"] >= killed)
+        made = next(c for c in rep["made"] if c["start"] >= killed)
         commit = next(c for c in rep["commits"] if c["at"] >= killed)
         rows.append({"kill_to_pg_error": work["at"] - killed,
                      "kill_to_error": err["at"] - killed, "kill_to_quorum": conf["start"] - killed,
-                     "configure": conf["s"], "kill_to_commit": commit["at"] - killed,
+                     "configure": conf["s"], "create_pg": made["s"], "kill_to_commit": commit["at"] - killed,
                      "first_configure": rep["configures"][0]["s"], "error": err["error"],
                      "world": conf["world"]})
     return rows
@@ -212,7 +223,8 @@ def main():
     if args.worker:
         worker(json.loads(args.worker))
         return
-    keys = ["kill_to_pg_error", "kill_to_error", "kill_to_quorum", "configure", "kill_to_commit",
+    keys = ["kill_to_pg_error", "kill_to_error", "kill_to_quorum", "configure", "create_pg",
+            "kill_to_commit",
             "first_configure"]
     everything = {}
     with tempfile.TemporaryDirectory() as tmp:
