@@ -199,6 +199,20 @@ class Communicator {
   /// ordered by (key, rank). Returns nullptr for color < 0.
   std::shared_ptr<Communicator> split(int color, int key);
 
+  /// The ranks of this communicator but `exclude`, as a new communicator (NCCL's
+  /// ncclCommShrink, torch's shrink_group): renumbered in order, the lowest remaining rank
+  /// becoming 0, over this communicator's store, with its options and timeout. A collective
+  /// of the remaining ranks only: the excluded ones make no call and may be dead. The usual
+  /// case is a communicator that failed with PeerLost, shrunk by its survivors without the
+  /// rank the error names; a healthy one can be shrunk too. No operation runs on this
+  /// communicator, which stays as it was: destroy it (or abort() it first, to fail the calls
+  /// still in flight). Every remaining rank must pass the same ranks and shrink the same
+  /// communicator the same number of times: ranks that disagree make different communicators,
+  /// whose setup fails at the timeout naming the ranks it waited for. Throws InvalidArgument
+  /// for a rank out of range or named twice, and for this rank itself (an excluded rank does
+  /// not call shrink).
+  std::shared_ptr<Communicator> shrink(std::span<const int> exclude);
+
   /// Fails every pending and later operation with Error(Aborted) carrying `reason`, and tells
   /// the peers, which fail theirs with Error(Aborted) naming this rank. Safe to call from any
   /// thread, also while another thread is blocked in a collective of this communicator.

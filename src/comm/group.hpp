@@ -42,6 +42,7 @@ struct Rendezvous {
   /// Declared before the mesh so that it is destroyed after it.
   std::unique_ptr<store::TcpStoreServer> server;
   std::uint64_t split_count = 0;
+  std::uint64_t shrink_count = 0;
 };
 
 /// What the settings and options chose (setup/), read by the executor.

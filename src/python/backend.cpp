@@ -12,6 +12,9 @@ BackendTandem::BackendTandem(std::shared_ptr<store::Store> store, int rank, int 
                              std::chrono::milliseconds timeout)
     : c10d::Backend(rank, size), group_(std::move(store), rank, size, timeout) {}
 
+BackendTandem::BackendTandem(std::shared_ptr<Communicator> comm)
+    : c10d::Backend(comm->rank(), comm->size()), group_(std::move(comm)) {}
+
 WorkPtr BackendTandem::broadcast(Tensors& t, const c10d::BroadcastOptions& o) {
   return group_.broadcast(t, o);
 }
@@ -147,12 +150,21 @@ c10::intrusive_ptr<c10d::Backend> BackendTandem::merge(const c10::intrusive_ptr<
 #endif
 
 #if TANDEM_HAVE_BACKEND_SHRINK
-c10::intrusive_ptr<c10d::Backend> BackendTandem::shrink(const std::vector<std::int64_t>&, int,
-                                                        const c10::intrusive_ptr<Options>&) {
-  TANDEM_THROW(ErrorCode::InvalidArgument,
-               "shrink_group is not supported by backend 'tandem': make a group of the ranks "
-               "that remain with new_group(ranks), or restart the job (tandemrun restarts it "
-               "with --max-restarts)");
+c10::intrusive_ptr<c10d::Backend> BackendTandem::shrink(
+    const std::vector<std::int64_t>& ranks_to_exclude, int shrink_flags,
+    const c10::intrusive_ptr<Options>& opts) {
+  TANDEM_CHECK_ARG(shrink_flags == 0 || shrink_flags == 1,
+                   "shrink_group: shrink_flags {} is neither SHRINK_DEFAULT (0) nor SHRINK_ABORT "
+                   "(1)",
+                   shrink_flags);
+  std::vector<int> exclude;
+  for (const std::int64_t r : ranks_to_exclude) {
+    TANDEM_CHECK_ARG(r >= 0 && r < getSize(), "shrink_group: rank {} is not in this group of {}", r,
+                     getSize());
+    exclude.push_back(static_cast<int>(r));
+  }
+  const auto timeout = opts && opts->timeout.count() > 0 ? opts->timeout : group_.timeout();
+  return c10::make_intrusive<BackendTandem>(group_.shrink(exclude, shrink_flags == 1, timeout));
 }
 #endif
 

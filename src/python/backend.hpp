@@ -20,6 +20,8 @@ class BackendTandem final : public c10d::Backend {
  public:
   BackendTandem(std::shared_ptr<store::Store> store, int rank, int size,
                 std::chrono::milliseconds timeout);
+  /// A backend over a communicator made already (shrink()).
+  explicit BackendTandem(std::shared_ptr<Communicator> comm);
 
   const std::string getBackendName() const override { return "tandem"; }
   /// batch_isend_irecv and _coalescing_manager bracket their calls with start/endCoalescing.
@@ -93,7 +95,12 @@ class BackendTandem final : public c10d::Backend {
                                           const int& size) override;
 #endif
 #if TANDEM_HAVE_BACKEND_SHRINK
-  /// Refused: a tandem group is rebuilt over the ranks that remain (new_group).
+  bool supportsShrinking() const override {
+    return true;
+  }
+  /// dist.shrink_group: the group of this one's ranks but `ranks_to_exclude`, renumbered in
+  /// order (Communicator::shrink). Only the remaining ranks call it; the excluded ones may be
+  /// dead. SHRINK_ABORT (shrink_flags 1) fails this group's calls in flight first.
   c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<std::int64_t>& ranks_to_exclude,
                                            int shrink_flags,
                                            const c10::intrusive_ptr<Options>& opts) override;

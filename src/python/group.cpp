@@ -101,7 +101,22 @@ Group::Group(std::shared_ptr<store::Store> store, int rank, int size,
   timeout_ = comm_->shared_timeout();
 }
 
+Group::Group(std::shared_ptr<Communicator> comm)
+    : rank_(comm->rank()),
+      size_(comm->size()),
+      timeout_(comm->shared_timeout()),
+      comm_(std::move(comm)) {}
+
 Group::~Group() = default;
+
+std::shared_ptr<Communicator> Group::shrink(std::span<const int> exclude, bool abort_first,
+                                            std::chrono::milliseconds timeout) {
+  std::shared_ptr<Communicator> parent = comm();
+  if (abort_first) abort();
+  auto child = parent->shrink(exclude);
+  child->set_timeout(timeout);
+  return child;
+}
 
 std::shared_ptr<Communicator> Group::comm() {
   std::lock_guard lock(mutex_);

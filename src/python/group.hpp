@@ -29,6 +29,8 @@ class Group {
  public:
   /// Joins a communicator of `size` ranks through `store` (the torch.distributed store).
   Group(std::shared_ptr<store::Store> store, int rank, int size, std::chrono::milliseconds timeout);
+  /// A group over a communicator made already (shrink()).
+  explicit Group(std::shared_ptr<Communicator> comm);
   ~Group();
 
   WorkPtr broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts);
@@ -81,6 +83,11 @@ class Group {
   std::uint64_t sequence_number() const noexcept { return seq_.load(std::memory_order_relaxed); }
   /// Closes the communicator (graceful: the peers are told); later calls fail.
   void shutdown();
+  /// The communicator of this group's ranks but `exclude` (Communicator::shrink), with
+  /// `timeout`; with `abort_first`, this group's calls in flight are failed first (and this
+  /// group is aborted).
+  std::shared_ptr<Communicator> shrink(std::span<const int> exclude, bool abort_first,
+                                       std::chrono::milliseconds timeout);
   /// Fails the calls in flight with Aborted now and tells the peers; later calls fail too.
   /// The communicator's threads and memory are released after the return, on the thread that
   /// completes futures (run_later()).

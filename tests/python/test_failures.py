@@ -148,3 +148,37 @@ def test_rank_skipping_an_fsdp2_layer_is_named():
         assert rep["error"] in ("MismatchError", "AbortedError"), rep
         assert "mismatch" in rep["message"].lower(), rep
         print(f"rank {r}: {rep['message'][:300]}")
+
+
+def test_survivors_shrink_the_group_and_train_on():
+    # docs/python.md's recipe (workers/shrink.py): rank 1 of 3 is SIGKILLed between its forward
+    # and its backward at step 3; ranks 0 and 2 catch the PeerLostError, shrink_group([1]) and
+    # finish the 8 steps as a group of 2, with identical parameters.
+    with tempfile.TemporaryDirectory() as d:
+        procs = []
+        for r in range(3):
+            e = worker_env({"RANK": str(r), "WORLD_SIZE": "3", "KILL": "1", "KILL_STEP": "3",
+                            "INIT": "file://" + os.path.join(d, "store"), "REPORT_DIR": d})
+            procs.append(subprocess.Popen([sys.executable, worker("shrink.py")], env=e,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          text=True))
+        try:
+            outs = [p.communicate(timeout=120)[0] for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        assert procs[1].returncode == -signal.SIGKILL, outs[1]
+        reports = {}
+        for r in (0, 2):
+            assert procs[r].returncode == 0, outs[r]
+            with open(os.path.join(d, f"rank{r}.json")) as f:
+                reports[r] = json.load(f)
+    assert reports[0]["digest"] == reports[2]["digest"], reports
+    for r, rep in reports.items():
+        assert rep["members"] == [0, 2], rep
+        assert rep["group_size"] == 2 and rep["group_rank"] == (0 if r == 0 else 1), rep
+        assert len(rep["losses"]) == 8, rep
+        print(f"rank {r}: first all_reduce on the shrunk group "
+              f"{rep['recovered_in'] * 1e3:.0f} ms after the kill")

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace tandem {
@@ -47,6 +48,40 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key) {
                 new_rank, new_size, options.store_prefix);
   auto impl = comm::build(impl_->rendezvous.base_store, new_rank, new_size, std::move(options),
                           false, impl_->rendezvous.lost_key);
+  return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
+}
+
+std::shared_ptr<Communicator> Communicator::shrink(std::span<const int> exclude) {
+  const int size = impl_->id.size;
+  const int rank = impl_->id.rank;
+  std::vector<int> out(exclude.begin(), exclude.end());
+  std::sort(out.begin(), out.end());
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    TANDEM_CHECK_ARG(out[i] >= 0 && out[i] < size,
+                     "shrink: rank {} is not a rank of this communicator of {} ranks (0..{})",
+                     out[i], size, size - 1);
+    TANDEM_CHECK_ARG(i == 0 || out[i] != out[i - 1], "shrink: rank {} is excluded twice", out[i]);
+  }
+  TANDEM_CHECK_ARG(!std::binary_search(out.begin(), out.end(), rank),
+                   "shrink: rank {} excludes itself; an excluded rank does not call shrink (it "
+                   "may destroy its communicator, or be dead)",
+                   rank);
+  const int new_size = size - static_cast<int>(out.size());
+  const int new_rank =
+      rank - static_cast<int>(std::lower_bound(out.begin(), out.end(), rank) - out.begin());
+  const std::uint64_t n = impl_->rendezvous.shrink_count++;
+
+  CommOptions options = impl_->config.options;
+  // The excluded ranks are part of the name: ranks that disagree on them do not meet.
+  options.store_prefix = fmt::format("{}/shrink{}/without-{}", impl_->rendezvous.prefix, n,
+                                     out.empty() ? "none" : comm::format_ranks(out));
+  options.timeout = impl_->config.timeout();
+  TANDEM_INFO(init, "shrink #{} of '{}' without ranks [{}]: rank {} of {} under '{}'", n,
+              impl_->rendezvous.prefix, fmt::join(out, ","), new_rank, new_size,
+              options.store_prefix);
+  // A lost-rank key of its own: the parent's may already name the rank that died.
+  auto impl =
+      comm::build(impl_->rendezvous.base_store, new_rank, new_size, std::move(options), false);
   return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
 }
 

@@ -10,6 +10,7 @@ was lost or stalled, and what to do.
 """
 
 import atexit
+import re
 import weakref
 
 import torch
@@ -53,6 +54,24 @@ class PeerLostError(TandemError):
     """A rank of the group died or closed its connections."""
 
     code = "PeerLost"
+
+    @property
+    def ranks(self):
+        """The ranks of the group this error names as lost (as "rank N (host H, pid P)"), in
+        the order named: what to pass to dist.shrink_group."""
+        return lost_ranks(str(self))
+
+
+def lost_ranks(message):
+    """The ranks a PeerLost report names as lost ("rank N (host H, pid P)"), in the order
+    named, each once: also for the message of an error that torch re-raised as another type
+    (DDP's backward, for one)."""
+    seen = []
+    for m in re.finditer(r"rank (\d+) \(host [^,]*, pid \d+\)", message):
+        r = int(m.group(1))
+        if r not in seen:
+            seen.append(r)
+    return seen
 
 
 class CollectiveTimeoutError(TandemError):

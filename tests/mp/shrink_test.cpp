@@ -1,0 +1,164 @@
+// Communicator::shrink: the remaining ranks make a communicator without the excluded ones,
+// renumbered in order, with no call on the excluded ranks, which may be dead: a healthy
+// communicator shrunk by a list, the survivors of a rank killed inside a collective, two
+// ranks lost together, a shrink of a shrunk communicator, and the arguments it refuses.
+#include "mp_util.hpp"
+
+#include <tandem/error.hpp>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace tandem::mptest {
+namespace {
+
+// Allreduce (sum) of one f64 value on `comm`; the result.
+double sum_of(Communicator& comm, double mine) {
+  double v = mine;
+  comm.allreduce(BufferView::raw(&v, 1, DataType::f64), ReduceOp::sum);
+  return v;
+}
+
+class Shrink : public ::testing::TestWithParam<std::string> {};
+
+// Ranks 0, 2 and 3 of 4 drop rank 1, which makes no call and exits.
+TEST_P(Shrink, AHealthyCommunicatorByAList) {
+  const auto exits = testing::run_ranks(
+      4,
+      [&](const testing::RankContext& ctx) {
+        auto comm = connect(ctx);
+        EXPECT_EQ(sum_of(*comm, 1.0), 4.0);
+        if (ctx.rank == 1) return;
+        const int exclude[] = {1};
+        auto small = comm->shrink(exclude);
+        ASSERT_NE(small, nullptr);
+        EXPECT_EQ(small->size(), 3);
+        EXPECT_EQ(small->rank(), ctx.rank == 0 ? 0 : ctx.rank - 1);
+        // The old ranks' sum (0 + 2 + 3) and the new ranks' (0 + 1 + 2).
+        EXPECT_EQ(sum_of(*small, ctx.rank), 5.0);
+        EXPECT_EQ(sum_of(*small, small->rank()), 3.0);
+        std::vector<double> all(3, -1.0);
+        const double mine = ctx.rank;
+        small->allgather(BufferView::raw(const_cast<double*>(&mine), 1, DataType::f64),
+                         BufferView::raw(all.data(), all.size(), DataType::f64));
+        EXPECT_EQ(all, (std::vector<double>{0.0, 2.0, 3.0}));
+        EXPECT_FALSE(comm->poisoned());
+      },
+      run_options(GetParam()));
+  testing::expect_all_ok(exits);
+}
+
+// Rank 1 of 3 is SIGKILLed inside an allreduce: the survivors fail with PeerLost, shrink
+// without it and go on.
+TEST_P(Shrink, TheSurvivorsOfAKilledRank) {
+  const auto exits = testing::run_ranks(
+      3,
+      [&](const testing::RankContext& ctx) {
+        auto comm = connect(ctx);
+        std::vector<float> v(1024, 1.0f);
+        allreduce_while_rank_dies(*comm, *ctx.store(), BufferView::of(std::span<float>(v)), 1,
+                                  "shrink");
+        EXPECT_TRUE(comm->poisoned());
+        const auto start = Clock::now();
+        const int exclude[] = {1};
+        auto small = comm->shrink(exclude);
+        EXPECT_EQ(small->size(), 2);
+        EXPECT_EQ(small->rank(), ctx.rank == 0 ? 0 : 1);
+        std::fill(v.begin(), v.end(), 1.0f);
+        small->allreduce(BufferView::of(std::span<float>(v)), ReduceOp::sum);
+        EXPECT_EQ(v[0], 2.0f);
+        EXPECT_EQ(v[1023], 2.0f);
+        std::printf("rank %d: shrunk and all-reduced in %.1f ms\n", ctx.rank,
+                    std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+      },
+      run_options(GetParam()));
+  ASSERT_EQ(exits.size(), 3u);
+  EXPECT_TRUE(exits[0].ok()) << testing::describe(exits[0]);
+  EXPECT_TRUE(exits[2].ok()) << testing::describe(exits[2]);
+}
+
+// Ranks 1 and 2 of 4 die together between two collectives; ranks 0 and 3 shrink without both.
+TEST_P(Shrink, TwoRanksLostTogether) {
+  const auto exits = testing::run_ranks(
+      4,
+      [&](const testing::RankContext& ctx) {
+        auto comm = connect(ctx);
+        EXPECT_EQ(sum_of(*comm, 1.0), 4.0);
+        if (ctx.rank == 1 || ctx.rank == 2) std::raise(SIGKILL);
+        try {
+          sum_of(*comm, 1.0);
+          ADD_FAILURE() << "the allreduce succeeded without ranks 1 and 2";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::PeerLost) << e.what();
+        }
+        const int exclude[] = {2, 1};  // in any order
+        auto small = comm->shrink(exclude);
+        EXPECT_EQ(small->size(), 2);
+        EXPECT_EQ(small->rank(), ctx.rank == 0 ? 0 : 1);
+        EXPECT_EQ(sum_of(*small, ctx.rank), 3.0);
+      },
+      run_options(GetParam()));
+  ASSERT_EQ(exits.size(), 4u);
+  EXPECT_TRUE(exits[0].ok()) << testing::describe(exits[0]);
+  EXPECT_TRUE(exits[3].ok()) << testing::describe(exits[3]);
+}
+
+// A shrunk communicator shrinks again, and the parent shrinks a second time under a name of
+// its own (the n-th shrink of every rank meets the n-th of the others).
+TEST_P(Shrink, AgainAndTwiceFromOneParent) {
+  const auto exits = testing::run_ranks(
+      4,
+      [&](const testing::RankContext& ctx) {
+        auto comm = connect(ctx);
+        if (ctx.rank == 3) return;
+        const int without3[] = {3};
+        auto a = comm->shrink(without3);  // old 0,1,2 -> 0,1,2
+        EXPECT_EQ(sum_of(*a, ctx.rank), 3.0);
+        auto b = comm->shrink(without3);  // the second shrink of the parent: a new group
+        EXPECT_EQ(b->size(), 3);
+        EXPECT_EQ(sum_of(*b, 10.0), 30.0);
+        if (a->rank() == 0) return;
+        const int without0[] = {0};
+        auto c = a->shrink(without0);  // old 1,2 -> 0,1
+        EXPECT_EQ(c->size(), 2);
+        EXPECT_EQ(c->rank(), ctx.rank - 1);
+        EXPECT_EQ(sum_of(*c, ctx.rank), 3.0);
+      },
+      run_options(GetParam()));
+  testing::expect_all_ok(exits);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, Shrink, ::testing::Values("shm", "tcp"), transport_name);
+
+TEST(ShrinkArguments, AreChecked) {
+  const auto exits = testing::run_ranks(
+      2,
+      [&](const testing::RankContext& ctx) {
+        auto comm = connect(ctx);
+        const auto refused = [&](std::vector<int> exclude, std::string_view says) {
+          try {
+            comm->shrink(exclude);
+            ADD_FAILURE() << "shrink accepted " << says;
+          } catch (const Error& e) {
+            EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+            EXPECT_NE(e.message().find(says), std::string::npos) << e.what();
+          }
+        };
+        const int other = 1 - ctx.rank;
+        refused({2}, "rank 2 is not a rank of this communicator of 2 ranks");
+        refused({-1}, "rank -1 is not a rank");
+        refused({other, other}, fmt::format("rank {} is excluded twice", other));
+        refused({ctx.rank}, fmt::format("rank {} excludes itself", ctx.rank));
+        EXPECT_EQ(sum_of(*comm, 1.0), 2.0);  // still usable: nothing ran on it
+      },
+      run_options("tcp"));
+  testing::expect_all_ok(exits);
+}
+
+}  // namespace
+}  // namespace tandem::mptest
