@@ -579,15 +579,23 @@ def _group_management():
         merged.allgather([places], [torch.tensor([rank])]).wait()
         assert sorted(int(p) for p in places) == list(range(world)), places
         merged.shutdown()
-        # shrink_group asks supports_shrinking first; the backend's shrink itself says what
-        # to do instead.
-        assert not backend.supports_shrinking
+        # shrink_group asks supports_shrinking, then the backend's shrink on the remaining
+        # ranks only: a healthy group without its last rank, renumbered in order; the parent
+        # stays usable. A rank that excludes itself is refused.
+        assert backend.supports_shrinking
+        if rank != world - 1:
+            small = backend.shrink([world - 1])
+            assert (small.rank(), small.size()) == (rank, world - 1)
+            t = torch.ones(2)
+            small.allreduce([t]).wait()
+            check(t, torch.full((2,), float(world - 1)), "all_reduce on the shrunk backend")
+            small.shutdown()
         try:
-            backend.shrink([world - 1])
+            backend.shrink([rank])
         except RuntimeError as e:
-            assert "new_group(ranks)" in str(e), str(e)
+            assert "excludes itself" in str(e), str(e)
         else:
-            raise AssertionError("shrink was expected to be refused")
+            raise AssertionError("a shrink excluding this rank was expected to be refused")
         # What only ProcessGroupNCCL has: each refusal names what does the same here (torch
         # itself refuses completion hooks for any other backend: "Only ProcessGrouppNCCL
         # supports onCompletion hook").
