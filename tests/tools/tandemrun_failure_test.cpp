@@ -107,6 +107,51 @@ TEST(TandemrunFailure, SignalOfTheFailedWorkerIsNamed) {
   EXPECT_NE(r.err.find("rank 1 (pid"), std::string::npos) << r.err;
 }
 
+// --on-worker-loss continue: rank 0 is SIGKILLed, rank 1 goes on and exits 0 once it has been
+// let go (after the loss); the run succeeds and tandemrun names the worker it lost.
+TEST(TandemrunFailure, WithOnWorkerLossContinueALostWorkerLeavesTheOthersRunning) {
+  TempDir dir;
+  const std::string go = dir.fifo("go");
+  const std::string done = dir.fifo("done");
+  const std::string script = fmt::format(
+      "echo ready $$; if [ $RANK = 0 ]; then read x < {}; kill -KILL $$; fi; read x < {}; "
+      "echo rank $RANK went on; exit 0",
+      go, done);
+  Subprocess p({tandemrun_path(), "--nproc-per-node", "2", "--on-worker-loss", "continue",
+                "/bin/sh", "-c", script});
+  ASSERT_TRUE(all_ready(p, 2)) << p.err();
+  { FifoRelease release(go); }
+  // Rank 1 reads "done" only after tandemrun reported the loss: it must still be running then.
+  ASSERT_TRUE(p.wait_for(
+      [](const std::string&, const std::string& err) {
+        return err.find("go on without it") != std::string::npos;
+      },
+      kExit))
+      << p.err();
+  FifoRelease release(done);
+  const auto r = p.wait(kExit);
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("rank 1 went on"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("rank 0 (pid"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("was killed by SIGKILL"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("exited 0 after losing 1 worker(s) (rank 0 was killed by SIGKILL"),
+            std::string::npos)
+      << r.err;
+}
+
+// --on-worker-loss continue tolerates deaths by a signal only: a worker that exits with an
+// error still stops the others, and the run fails with its code.
+TEST(TandemrunFailure, WithOnWorkerLossContinueAnErrorExitStillStopsAll) {
+  Subprocess p({tandemrun_path(), "--nproc-per-node", "2", "--on-worker-loss", "continue",
+                "/bin/sh", "-c",
+                "echo ready $$; if [ $RANK = 0 ]; then exit 3; fi; exec sleep infinity"});
+  const auto r = p.wait(kExit);
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_EQ(r.err.find("go on without it"), std::string::npos) << r.err;
+}
+
 TEST(TandemrunFailure, SigtermToTandemrunStopsWorkersAndExits143) {
   Subprocess p({tandemrun_path(), "--nproc-per-node", "2", "/bin/sh", "-c",
                 "echo ready $$; exec sleep infinity"});

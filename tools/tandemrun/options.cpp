@@ -195,6 +195,7 @@ struct Raw {
   std::string rdzv_conf;
   std::string redirects, tee, gpus, selected_gpus, ips, start_port, ranks_filter, cpu_bind = "none";
   int node_rank = -1, max_restarts = 0;
+  std::string on_worker_loss = "restart";
   double grace_s = 10, rdzv_timeout_s = 900, monitor_s = 1;
   bool standalone = false, no_python = false, module = false, use_env = false;
 };
@@ -344,6 +345,13 @@ void add_supervision_options(CLI::App& app, Raw& raw) {
   app.add_option("--max-restarts,--max_restarts", raw.max_restarts,
                  "Times every worker on every node is restarted after a worker fails")
       ->group(sup)
+      ->capture_default_str();
+  app.add_option("--on-worker-loss,--on_worker_loss", raw.on_worker_loss,
+                 "restart: a worker's death stops every worker (and restarts them, with "
+                 "--max-restarts); continue: a worker killed by a signal leaves the others "
+                 "running, to go on without it")
+      ->group(sup)
+      ->check(CLI::IsMember({"restart", "continue"}))
       ->capture_default_str();
   app.add_option("--monitor-interval,--monitor_interval", raw.monitor_s,
                  "Seconds between heartbeats of the nodes' tandemruns (a node silent for "
@@ -543,6 +551,7 @@ void finish_supervision(const Raw& raw, LaunchOptions& o) {
   if (raw.max_restarts < 0 || raw.max_restarts > 1000000)
     throw UsageError(fmt::format("--max-restarts {}: use 0 or more", raw.max_restarts));
   o.max_restarts = raw.max_restarts;
+  o.continue_on_worker_loss = raw.on_worker_loss == "continue";
 }
 
 // Where the workers' output goes.

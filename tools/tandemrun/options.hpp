@@ -52,6 +52,10 @@ struct LaunchOptions {
   std::chrono::milliseconds last_call{std::chrono::seconds(30)};
 
   int max_restarts = 0;
+  /// --on-worker-loss continue: a worker killed by a signal does not stop the others (they
+  /// may go on without it, as fashion_mnist's training.on_rank_loss=continue does); the round
+  /// succeeds when every other worker exits 0. restart (default): it stops them all.
+  bool continue_on_worker_loss = false;
   std::chrono::milliseconds monitor_interval{std::chrono::seconds(1)};
   std::chrono::milliseconds grace_period{std::chrono::seconds(10)};
 

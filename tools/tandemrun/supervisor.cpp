@@ -253,11 +253,23 @@ void Supervisor::close_output() {
 }
 
 void Supervisor::report_success() {
+  // Lost workers (--on-worker-loss continue) do not count against the others' success.
   const bool all_ok =
       static_cast<int>(workers_.size()) == assignment_.self().nproc &&
-      std::none_of(workers_.begin(), workers_.end(), [](const auto& w) { return w->failed(); });
+      std::none_of(workers_.begin(), workers_.end(),
+                   [](const auto& w) { return w->failed() && !w->lost; }) &&
+      std::any_of(workers_.begin(), workers_.end(), [](const auto& w) { return !w->lost; });
   if (!all_ok || end_ || !cut_off_.empty() || told_success_) return;
   told_success_ = true;
+  std::vector<std::string> lost;
+  for (const auto& w : workers_)
+    if (w->lost) lost.push_back(fmt::format("rank {} {}", w->rank, w->describe_status()));
+  if (!lost.empty()) {
+    note(
+        fmt::format("the other workers of this node exited 0 after losing {} worker(s) ({}) "
+                    "and going on without them (--on-worker-loss continue)",
+                    lost.size(), fmt::join(lost, "; ")));
+  }
   try {
     if (auto e = link_.publish_success()) end_round(*e);
   } catch (const Error& e) {
@@ -438,6 +450,14 @@ void Supervisor::on_worker_exit(Worker& w) {
   signal_group(w.pid, SIGKILL);
   TANDEM_INFO(run, "tandemrun: rank {} (pid {}) {}", w.rank, w.pid, w.describe_status());
   if (!w.failed() || stopping_) return;
+  if (options_.continue_on_worker_loss && WIFSIGNALED(w.status) && running_ > 0) {
+    w.lost = true;
+    note(
+        fmt::format("rank {} (pid {}) {}: the other {} worker(s) go on without it "
+                    "(--on-worker-loss continue)",
+                    w.rank, w.pid, w.describe_status(), running_));
+    return;
+  }
   RoundEnd mine;
   mine.kind = RoundEnd::Kind::failure;
   mine.node = assignment_.node_rank;

@@ -63,6 +63,8 @@ struct Worker {
   bool running = false;
   int status = 0;       ///< waitpid status once exited
   int signal_sent = 0;  ///< last signal tandemrun sent while it ran (0: none)
+  /// Killed by a signal while the others went on (--on-worker-loss continue).
+  bool lost = false;
   Clock::time_point exited_at{};
   std::chrono::system_clock::time_point exited_wall{};
 
