@@ -232,6 +232,10 @@ const std::vector<Key>& keys() {
       uint_key(
           "training.eval_batch_size", 1,
           [](auto& c) -> auto& { return c.training.eval_batch_size; }),
+      choice_key(
+          "training.on_rank_loss", "one of stop, continue",
+          std::array{OnRankLoss::stop, OnRankLoss::go_on},
+          [](auto& c) -> auto& { return c.training.on_rank_loss; }),
       bool_key(
           "ddp.enabled", [](auto& c) -> auto& { return c.ddp.enabled; }),
       real_key(
@@ -467,6 +471,10 @@ std::string_view to_string(LrDecay v) noexcept {
 
 std::string_view to_string(Precision v) noexcept {
   return v == Precision::bf16 ? "bf16" : "fp32";
+}
+
+std::string_view to_string(OnRankLoss v) noexcept {
+  return v == OnRankLoss::go_on ? "continue" : "stop";
 }
 
 std::string_view to_string(DeviceKind v) noexcept {

@@ -19,12 +19,16 @@ enum class LrDecay { none, cosine };
 enum class Precision { fp32, bf16 };
 enum class DeviceKind { cpu, cuda };
 enum class ProgressMode { auto_detect, bar, lines, none };
+/// What the survivors do when a rank is lost: stop (the launcher restarts the job from its
+/// last checkpoint, if asked to), or go on without it (shrink the group, redo the step).
+enum class OnRankLoss { stop, go_on };
 
 std::string_view to_string(LrScaling v) noexcept;
 std::string_view to_string(LrDecay v) noexcept;
 std::string_view to_string(Precision v) noexcept;
 std::string_view to_string(DeviceKind v) noexcept;
 std::string_view to_string(ProgressMode v) noexcept;
+std::string_view to_string(OnRankLoss v) noexcept;
 
 struct DataConfig {
   std::string dir = "/usr/share/datasets/fashion-mnist";
@@ -57,6 +61,7 @@ struct TrainingConfig {
   bool grad_scaler = false;
   std::uint64_t max_steps = 0;  // 0: no limit
   std::uint64_t eval_batch_size = 500;
+  OnRankLoss on_rank_loss = OnRankLoss::stop;
 };
 
 struct DdpConfig {

@@ -65,9 +65,10 @@ std::string describe_setup(const Config& c, const Setup& s, const RunFacts& f) {
 std::string format_result_line(const RunResult& r) {
   return fmt::format(
       "result: world_size={} epochs={} steps={} global_batch={} test_accuracy={:.2f} "
-      "ms_per_step={:.2f} images_per_s={:.1f}",
+      "ms_per_step={:.2f} images_per_s={:.1f}{}",
       r.world_size, r.epochs, r.steps, r.global_batch, r.test_accuracy, r.ms_per_step,
-      r.images_per_s);
+      r.images_per_s,
+      r.ranks_lost == 0 ? std::string() : fmt::format(" ranks_lost={}", r.ranks_lost));
 }
 
 }  // namespace fashion_mnist

@@ -50,10 +50,13 @@ struct RunResult {
   double test_accuracy = 0;  // percent
   double ms_per_step = 0;
   double images_per_s = 0;
+  /// Ranks lost on the way, the run going on without them (training.on_rank_loss=continue).
+  std::uint64_t ranks_lost = 0;
 };
 
 /// "result: world_size=W epochs=E steps=S global_batch=G test_accuracy=A ms_per_step=M
-/// images_per_s=I", the last line rank 0 prints (parsed by bench/).
+/// images_per_s=I", then " ranks_lost=L" when the run lost ranks and went on (world_size is
+/// then the world it ended with): the last line rank 0 prints (parsed by bench/).
 std::string format_result_line(const RunResult& r);
 
 }  // namespace fashion_mnist

@@ -81,6 +81,16 @@ Setup resolve_setup(const Config& config, int world_size) {
   return s;
 }
 
+Setup resolve_setup_after_loss(const Config& config, int world_size) {
+  TANDEM_CHECK(world_size >= 1, "world size {}", world_size);
+  Config kept = config;
+  auto& batch = kept.training.batch_size;
+  const auto world = static_cast<std::uint64_t>(world_size);
+  if (batch != 0 && batch % world != 0)
+    batch = std::max<std::uint64_t>(1, (batch + world / 2) / world) * world;
+  return resolve_setup(kept, world_size);
+}
+
 double LrSchedule::at(std::uint64_t step) const noexcept {
   if (step < warmup_steps) {
     return peak * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);

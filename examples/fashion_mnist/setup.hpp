@@ -35,6 +35,11 @@ double scale_lr(double lr, std::uint64_t batch, std::uint64_t reference_batch, L
 /// valid values.
 Setup resolve_setup(const Config& config, int world_size);
 
+/// resolve_setup() for the ranks left after some were lost (training.on_rank_loss=continue):
+/// a global batch the new world size does not divide becomes the nearest multiple of it (128
+/// on 3 ranks: 129, 43 each), and the learning rate follows it by training.lr_scaling.
+Setup resolve_setup_after_loss(const Config& config, int world_size);
+
 /// The optimizer step after which this rank SIGKILLs itself (config.fault), or nullopt: no
 /// fault configured, another rank's, or not this round (restart_count > 0: a restarted run
 /// goes on). A random step lies in [1, last_step - 1] and is the same on every rank. Throws

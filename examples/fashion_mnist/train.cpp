@@ -13,6 +13,7 @@
 #include <tandem/torch.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <array>
@@ -137,19 +138,23 @@ void set_lr(torch::optim::Optimizer& opt, double lr) {
 
 }  // namespace
 
-void train(const Config& config, const Setup& setup,
-           const std::shared_ptr<tandem::Communicator>& comm) {
+void train(const Config& config, const Setup& initial_setup,
+           const std::shared_ptr<tandem::Communicator>& initial_comm) {
   const auto& t = config.training;
-  const bool lead = comm->rank() == 0;
+  // Both change when a rank is lost under training.on_rank_loss=continue (go_on_without).
+  std::shared_ptr<tandem::Communicator> comm = initial_comm;
+  Setup setup = initial_setup;
+  bool lead = comm->rank() == 0;
   torch::set_num_threads(1);  // ranks are processes: one core each
   torch::manual_seed(t.seed);
 
   const auto train_set = load_split(config, tandem::data::Split::train, config.data.limit_train);
   const auto test_set = load_split(config, tandem::data::Split::test, config.data.limit_test);
+  const tandem::data::SamplerOptions sampling{.shuffle = true, .seed = t.seed, .drop_last = false};
   tandem::data::DistributedSampler sampler(train_set.size, setup.world_size, comm->rank(),
-                                           {.shuffle = true, .seed = t.seed, .drop_last = false});
-  const std::uint64_t step_images = setup.per_rank_batch * setup.accumulation_steps;
-  const std::uint64_t steps_per_epoch = sampler.num_samples() / step_images;
+                                           sampling);
+  std::uint64_t step_images = setup.per_rank_batch * setup.accumulation_steps;
+  std::uint64_t steps_per_epoch = sampler.num_samples() / step_images;
   if (steps_per_epoch == 0) {
     TANDEM_THROW(ErrorCode::InvalidArgument,
                  "each rank gets {} training images per epoch, fewer than one optimizer step "
@@ -157,10 +162,9 @@ void train(const Config& config, const Setup& setup,
                  "the batch",
                  sampler.num_samples(), setup.per_rank_batch, setup.accumulation_steps);
   }
-  const std::uint64_t total_steps = t.epochs * steps_per_epoch;
-  const std::uint64_t last_step =
-      t.max_steps != 0 ? std::min(t.max_steps, total_steps) : total_steps;
-  const LrSchedule schedule{setup.lr, t.warmup_steps, total_steps, t.lr_decay};
+  std::uint64_t total_steps = t.epochs * steps_per_epoch;
+  std::uint64_t last_step = t.max_steps != 0 ? std::min(t.max_steps, total_steps) : total_steps;
+  LrSchedule schedule{setup.lr, t.warmup_steps, total_steps, t.lr_decay};
   const auto kill_at =
       planned_kill(config, comm->rank(), setup.world_size, last_step, restart_count());
 
@@ -170,7 +174,8 @@ void train(const Config& config, const Setup& setup,
   torch::optim::SGD optimizer(
       net->parameters(),
       torch::optim::SGDOptions(schedule.at(0)).momentum(t.momentum).weight_decay(t.weight_decay));
-  tandem::torch::GradScaler scaler(comm, {.enabled = t.grad_scaler});
+  auto scaler = std::make_unique<tandem::torch::GradScaler>(
+      comm, tandem::torch::GradScalerOptions{.enabled = t.grad_scaler});
 
   // Resume before DDP exists: every rank loads the same checkpoint, and DDP's broadcast
   // from rank 0 then changes nothing.
@@ -197,7 +202,7 @@ void train(const Config& config, const Setup& setup,
           step = epoch * steps_per_epoch +
                  sampler.consumed() / (step_images * static_cast<std::uint64_t>(setup.world_size));
         }
-        if (state->scaler) scaler.load_state(*state->scaler);
+        if (state->scaler) scaler->load_state(*state->scaler);
         // The epoch's sums were saved summed over the ranks: rank 0 carries them on.
         if (lead) sums = record.at("epoch_sums").get<EpochSums>();
         resumed_at = step;
@@ -206,6 +211,7 @@ void train(const Config& config, const Setup& setup,
   }
 
   std::unique_ptr<tandem::torch::DistributedDataParallel> ddp;
+  tandem::torch::DdpOptions ddp_options;
   RunFacts facts{.train_images = train_set.size,
                  .test_images = test_set.size,
                  .steps_per_epoch = steps_per_epoch,
@@ -218,16 +224,15 @@ void train(const Config& config, const Setup& setup,
                  .device = device.str()};
   for (const auto& p : net->parameters()) facts.parameters += static_cast<std::uint64_t>(p.numel());
   if (config.ddp.enabled) {
-    tandem::torch::DdpOptions options;
-    options.reducer.first_bucket_bytes =
+    ddp_options.reducer.first_bucket_bytes =
         static_cast<std::size_t>(config.ddp.first_bucket_mb * (1 << 20));
-    options.reducer.bucket_cap_bytes =
+    ddp_options.reducer.bucket_cap_bytes =
         static_cast<std::size_t>(config.ddp.bucket_cap_mb * (1 << 20));
-    options.reducer.gradient_as_bucket_view = config.ddp.gradient_as_bucket_view;
-    options.reducer.find_unused_parameters = config.ddp.find_unused_parameters;
-    options.broadcast_buffers = config.ddp.broadcast_buffers;
-    options.comm_hook = config.ddp.comm_hook;
-    ddp = std::make_unique<tandem::torch::DistributedDataParallel>(net, comm, options);
+    ddp_options.reducer.gradient_as_bucket_view = config.ddp.gradient_as_bucket_view;
+    ddp_options.reducer.find_unused_parameters = config.ddp.find_unused_parameters;
+    ddp_options.broadcast_buffers = config.ddp.broadcast_buffers;
+    ddp_options.comm_hook = config.ddp.comm_hook;
+    ddp = std::make_unique<tandem::torch::DistributedDataParallel>(net, comm, ddp_options);
     facts.buckets = describe_buckets(ddp->stats());
   }
 
@@ -257,14 +262,15 @@ void train(const Config& config, const Setup& setup,
         .step = step,
         .epoch = at_epoch,
         .sampler = sampler_state,
-        .scaler = scaler.state(),
+        .scaler = scaler->state(),
         .extra_json = run_record(config, setup, train_set.size, global).dump()};
     checkpointer->save(*net, optimizer, state);
   };
 
   StepTimer timer(20);
   // Where each step's time goes (printed at the end, and every breakdown_every steps).
-  tandem::ddp::StepProfiler profiler(ddp ? &ddp->reducer() : nullptr);
+  std::optional<tandem::ddp::StepProfiler> profiler;
+  profiler.emplace(ddp ? &ddp->reducer() : nullptr);
   const std::uint64_t breakdown_every = breakdown_period(config, *comm);
   const bool slow_rank = config.fault.slow_rank_ms > 0 &&
                          config.fault.slow_rank == static_cast<std::uint64_t>(comm->rank());
@@ -275,97 +281,179 @@ void train(const Config& config, const Setup& setup,
   std::uint64_t saved_at = resumed_at.value_or(~std::uint64_t{0});
   const auto micro_options = torch::nn::functional::CrossEntropyFuncOptions();
 
+  // training.on_rank_loss=continue: after a PeerLost, the survivors make a communicator
+  // without the ranks it names, resolve the batch and learning rate for the new world as a
+  // resumed elastic run does, re-shard the rest of the epoch, and rebuild what holds the
+  // communicator (DDP, the scaler, the checkpointer, the profiler). False: not this policy, or
+  // not a lost rank (the caller rethrows).
+  std::uint64_t ranks_lost = 0;
+  const auto go_on_without = [&](const tandem::Error& e, std::uint64_t at_epoch) {
+    if (t.on_rank_loss != OnRankLoss::go_on || e.code() != ErrorCode::PeerLost) return false;
+    const std::vector<int> lost = comm->lost_ranks();
+    if (lost.empty()) return false;
+    const auto start = Clock::now();
+    const int old_world = comm->size();
+    const int old_rank = comm->rank();
+    comm = comm->shrink(lost);
+    ranks_lost += lost.size();
+    setup = resolve_setup_after_loss(config, comm->size());
+    const tandem::data::SamplerState where = sampler.state();
+    const tandem::data::DistributedSampler whole(train_set.size, setup.world_size, comm->rank(),
+                                                 sampling);
+    step_images = setup.per_rank_batch * setup.accumulation_steps;
+    steps_per_epoch = whole.num_samples() / step_images;
+    TANDEM_CHECK_ARG(steps_per_epoch > 0,
+                     "after losing ranks [{}], each of the {} ranks left gets {} training images "
+                     "per epoch, fewer than one optimizer step takes",
+                     fmt::join(lost, ","), setup.world_size, whole.num_samples());
+    sampler = whole;
+    sampler.load_state(where);
+    sampler.set_epoch(at_epoch);
+    total_steps = t.epochs * steps_per_epoch;
+    last_step = t.max_steps != 0 ? std::min(t.max_steps, total_steps) : total_steps;
+    schedule = LrSchedule{setup.lr, t.warmup_steps, total_steps, t.lr_decay};
+    step = at_epoch * steps_per_epoch +
+           sampler.consumed() / (step_images * static_cast<std::uint64_t>(setup.world_size));
+    const auto scaler_state = scaler->state();
+    scaler = std::make_unique<tandem::torch::GradScaler>(
+        comm, tandem::torch::GradScalerOptions{.enabled = t.grad_scaler});
+    scaler->load_state(scaler_state);
+    if (checkpointer) {
+      checkpointer.emplace(
+          comm, config.checkpoint.dir,
+          tandem::torch::CheckpointOptions{.keep_last = config.checkpoint.keep_last});
+    }
+    profiler.reset();
+    if (ddp) {
+      ddp.reset();  // its hooks leave the parameters before the new one's arrive
+      ddp = std::make_unique<tandem::torch::DistributedDataParallel>(net, comm, ddp_options);
+    }
+    profiler.emplace(ddp ? &ddp->reducer() : nullptr);
+    const bool was_lead = lead;
+    lead = comm->rank() == 0;
+    if (lead && !was_lead) {  // rank 0 was lost: this rank reports from now on
+      progress.emplace(config.log.progress, config.log.every_steps);
+      if (!config.log.metrics.empty()) metrics.emplace(config.log.metrics, at_epoch);
+    }
+    if (lead) {
+      progress->break_line();
+      std::printf(
+          "lost rank%s %s of %d: going on with %d ranks (rank %d is now %d) from step %llu, "
+          "global batch %llu, lr %.5f (%s); recovered in %.0f ms\n",
+          lost.size() == 1 ? "" : "s", fmt::format("{}", fmt::join(lost, ",")).c_str(), old_world,
+          comm->size(), old_rank, comm->rank(), static_cast<unsigned long long>(step),
+          static_cast<unsigned long long>(setup.step_batch), schedule.at(step),
+          setup.lr_rule.c_str(),
+          std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+      std::fflush(stdout);
+    }
+    return true;
+  };
+
   for (; epoch < t.epochs && step < last_step; ++epoch) {
     sampler.set_epoch(epoch);  // keeps a resumed position within the same epoch
     tandem::data::LoaderOptions loading;
     loading.num_workers = config.data.num_workers;
     loading.prefetch_factor = config.data.prefetch_factor;
-    tandem::torch::ImageLoader loader(train_set, sampler, setup.per_rank_batch, true, {}, loading);
+    std::optional<tandem::torch::ImageLoader> loader;
+    loader.emplace(train_set, sampler, setup.per_rank_batch, true, tandem::data::Normalize{},
+                   loading);
     // Fewer in an epoch resumed at another world size (the rest of it, re-sharded).
     const std::uint64_t epoch_steps = sampler.num_samples() / step_images;
-    for (std::uint64_t s = sampler.position() / step_images; s < epoch_steps; ++s) {
-      if (step >= last_step) break;
-      const auto start = Clock::now();
-      profiler.begin_step();
-      lr = schedule.at(step);
-      set_lr(optimizer, lr);
-      optimizer.zero_grad();
-      double step_loss = 0;
-      for (std::uint64_t micro = 0; micro < setup.accumulation_steps; ++micro) {
-        auto batch = [&] {
-          auto timed = profiler.time(tandem::ddp::StepPart::data);
-          if (config.fault.slow_data_ms > 0)  // fault injection: a slow loader
-            std::this_thread::sleep_for(std::chrono::milliseconds(config.fault.slow_data_ms));
-          return loader.next();
-        }();
-        TANDEM_CHECK(batch.has_value(), "the loader ended before step {} of epoch {}", s, epoch);
-        auto computing = profiler.time(tandem::ddp::StepPart::compute);
-        if (slow_rank)  // fault injection: a slow rank
-          std::this_thread::sleep_for(std::chrono::milliseconds(config.fault.slow_rank_ms));
-        // Only the last pass of an optimizer step averages gradients across ranks.
-        std::optional<tandem::ddp::NoSyncGuard> no_sync;
-        if (ddp && micro + 1 < setup.accumulation_steps) no_sync.emplace(ddp->no_sync());
-        if (ddp) ddp->pre_forward();
-        const auto images = batch->images.to(device, /*non_blocking=*/true);
-        const auto labels = batch->labels.to(device, /*non_blocking=*/true);
-        torch::Tensor logits;
-        {
-          AutocastScope autocast(t.precision, device);
-          logits = net->forward(images);
+    bool shrunk = false;
+    try {
+      for (std::uint64_t s = sampler.position() / step_images; s < epoch_steps; ++s) {
+        if (step >= last_step) break;
+        const auto start = Clock::now();
+        profiler->begin_step();
+        lr = schedule.at(step);
+        set_lr(optimizer, lr);
+        optimizer.zero_grad();
+        double step_loss = 0;
+        for (std::uint64_t micro = 0; micro < setup.accumulation_steps; ++micro) {
+          auto batch = [&] {
+            auto timed = profiler->time(tandem::ddp::StepPart::data);
+            if (config.fault.slow_data_ms > 0)  // fault injection: a slow loader
+              std::this_thread::sleep_for(std::chrono::milliseconds(config.fault.slow_data_ms));
+            return loader->next();
+          }();
+          TANDEM_CHECK(batch.has_value(), "the loader ended before step {} of epoch {}", s, epoch);
+          auto computing = profiler->time(tandem::ddp::StepPart::compute);
+          if (slow_rank)  // fault injection: a slow rank
+            std::this_thread::sleep_for(std::chrono::milliseconds(config.fault.slow_rank_ms));
+          // Only the last pass of an optimizer step averages gradients across ranks.
+          std::optional<tandem::ddp::NoSyncGuard> no_sync;
+          if (ddp && micro + 1 < setup.accumulation_steps) no_sync.emplace(ddp->no_sync());
+          if (ddp) ddp->pre_forward();
+          const auto images = batch->images.to(device, /*non_blocking=*/true);
+          const auto labels = batch->labels.to(device, /*non_blocking=*/true);
+          torch::Tensor logits;
+          {
+            AutocastScope autocast(t.precision, device);
+            logits = net->forward(images);
+          }
+          if (ddp) ddp->post_forward({logits});
+          logits = logits.to(torch::kFloat);
+          const auto loss = torch::nn::functional::cross_entropy(logits, labels, micro_options);
+          scaler->scale(loss / static_cast<double>(setup.accumulation_steps)).backward();
+          const double n = static_cast<double>(batch->labels.size(0));
+          const double l = loss.item<double>();
+          step_loss += l / static_cast<double>(setup.accumulation_steps);
+          sums[0] += l * n;
+          sums[1] += logits.detach().argmax(1).eq(labels).sum().item<double>();
+          sums[2] += n;
         }
-        if (ddp) ddp->post_forward({logits});
-        logits = logits.to(torch::kFloat);
-        const auto loss = torch::nn::functional::cross_entropy(logits, labels, micro_options);
-        scaler.scale(loss / static_cast<double>(setup.accumulation_steps)).backward();
-        const double n = static_cast<double>(batch->labels.size(0));
-        const double l = loss.item<double>();
-        step_loss += l / static_cast<double>(setup.accumulation_steps);
-        sums[0] += l * n;
-        sums[1] += logits.detach().argmax(1).eq(labels).sum().item<double>();
-        sums[2] += n;
-      }
-      scaler.step(optimizer);
-      scaler.update();
-      sampler.advance(step_images);
-      ++step;
-      profiler.end_step();
-      if (breakdown_every != 0 && step % breakdown_every == 0) {
-        const auto report = profiler.report(*comm);  // collective
-        if (lead) {
-          progress->break_line();
-          std::printf("step %llu: %s\n", static_cast<unsigned long long>(step),
-                      report.text().c_str());
-          std::fflush(stdout);
+        scaler->step(optimizer);
+        scaler->update();
+        sampler.advance(step_images);
+        ++step;
+        profiler->end_step();
+        if (breakdown_every != 0 && step % breakdown_every == 0) {
+          const auto report = profiler->report(*comm);  // collective
+          if (lead) {
+            progress->break_line();
+            std::printf("step %llu: %s\n", static_cast<unsigned long long>(step),
+                        report.text().c_str());
+            std::fflush(stdout);
+          }
+        }
+        if (kill_at == step) {
+          std::fprintf(stderr,
+                       "fashion_mnist: rank %d: fault.kill_at_step: killing this rank with SIGKILL "
+                       "after step %llu\n",
+                       comm->rank(), static_cast<unsigned long long>(step));
+          std::fflush(stderr);
+          std::raise(SIGKILL);
+        }
+        evaluated = false;
+        const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        timer.add(seconds);
+        ema_step_s = ema_step_s == 0 ? seconds : 0.9 * ema_step_s + 0.1 * seconds;
+        if (progress) {
+          progress->update({.epoch = epoch + 1,
+                            .epochs = t.epochs,
+                            .step_in_epoch = steps_per_epoch - epoch_steps + s + 1,
+                            .steps_in_epoch = steps_per_epoch,
+                            .step = step,
+                            .total_steps = last_step,
+                            .loss = step_loss,
+                            .lr = lr,
+                            .images_per_s = static_cast<double>(setup.step_batch) / ema_step_s,
+                            .eta_s = static_cast<double>(last_step - step) * ema_step_s});
+        }
+        if (config.checkpoint.every_steps != 0 && step % config.checkpoint.every_steps == 0) {
+          save(epoch, sampler.state());
+          saved_at = step;
         }
       }
-      if (kill_at == step) {
-        std::fprintf(stderr,
-                     "fashion_mnist: rank %d: fault.kill_at_step: killing this rank with SIGKILL "
-                     "after step %llu\n",
-                     comm->rank(), static_cast<unsigned long long>(step));
-        std::fflush(stderr);
-        std::raise(SIGKILL);
-      }
-      evaluated = false;
-      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      timer.add(seconds);
-      ema_step_s = ema_step_s == 0 ? seconds : 0.9 * ema_step_s + 0.1 * seconds;
-      if (progress) {
-        progress->update({.epoch = epoch + 1,
-                          .epochs = t.epochs,
-                          .step_in_epoch = steps_per_epoch - epoch_steps + s + 1,
-                          .steps_in_epoch = steps_per_epoch,
-                          .step = step,
-                          .total_steps = last_step,
-                          .loss = step_loss,
-                          .lr = lr,
-                          .images_per_s = static_cast<double>(setup.step_batch) / ema_step_s,
-                          .eta_s = static_cast<double>(last_step - step) * ema_step_s});
-      }
-      if (config.checkpoint.every_steps != 0 && step % config.checkpoint.every_steps == 0) {
-        save(epoch, sampler.state());
-        saved_at = step;
-      }
+    } catch (const tandem::Error& e) {
+      loader.reset();  // its threads read the old sampler's order
+      if (!go_on_without(e, epoch)) throw;
+      shrunk = true;
+    }
+    if (shrunk) {  // the rest of this epoch, re-sharded, from the step that failed
+      --epoch;
+      continue;
     }
     if (sampler.position() / step_images < epoch_steps) break;  // stopped at max_steps
 
@@ -415,7 +503,7 @@ void train(const Config& config, const Setup& setup,
     last_eval = evaluate(net, test_set, *comm, t.eval_batch_size, t.precision, device);
   const double ms = tandem::torch::all_average(*comm, timer.mean_ms());
   const auto [param_sum, param_sq] = parameter_digest(*net);
-  const auto breakdown = profiler.report(*comm);  // collective
+  const auto breakdown = profiler->report(*comm);  // collective
   if (!lead) return;
   progress->break_line();
   std::printf("%s\n", breakdown.text().c_str());
@@ -426,7 +514,8 @@ void train(const Config& config, const Setup& setup,
       .global_batch = setup.step_batch,
       .test_accuracy = last_eval.accuracy,
       .ms_per_step = ms,
-      .images_per_s = ms > 0 ? 1e3 * static_cast<double>(setup.step_batch) / ms : 0};
+      .images_per_s = ms > 0 ? 1e3 * static_cast<double>(setup.step_batch) / ms : 0,
+      .ranks_lost = ranks_lost};
   if (metrics) {
     metrics->write({.kind = "final",
                     .epoch = result.epochs,

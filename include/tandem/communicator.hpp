@@ -212,6 +212,10 @@ class Communicator {
   /// for a rank out of range or named twice, and for this rank itself (an excluded rank does
   /// not call shrink).
   std::shared_ptr<Communicator> shrink(std::span<const int> exclude);
+  /// After this communicator failed with PeerLost: the ranks its error names as lost (as
+  /// "rank N (host H, pid P)"), in the order named, each once: what the survivors pass to
+  /// shrink(). Empty while it is healthy or when it failed for another reason.
+  std::vector<int> lost_ranks() const;
 
   /// Fails every pending and later operation with Error(Aborted) carrying `reason`, and tells
   /// the peers, which fail theirs with Error(Aborted) naming this rank. Safe to call from any

@@ -10,6 +10,11 @@
 #include <tandem/communicator.hpp>
 #include <tandem/error.hpp>
 
+#include <algorithm>
+#include <mutex>
+#include <string_view>
+#include <vector>
+
 namespace tandem {
 namespace {
 
@@ -295,6 +300,32 @@ void Communicator::abort(std::string_view reason) {
 
 bool Communicator::poisoned() const noexcept {
   return impl_->runner.failure.poisoned.load(std::memory_order_acquire);
+}
+
+std::vector<int> Communicator::lost_ranks() const {
+  const comm::Failure& f = impl_->runner.failure;
+  if (!f.poisoned.load(std::memory_order_acquire)) return {};
+  std::string message;
+  {
+    std::lock_guard lock(f.mutex);
+    if (f.code != ErrorCode::PeerLost) return {};
+    message = f.message;
+  }
+  // The transport names a peer "rank N (host H, pid P)" (transport::MeshImpl::who).
+  std::vector<int> lost;
+  constexpr std::string_view kRank = "rank ";
+  for (std::size_t at = message.find(kRank); at != std::string::npos;
+       at = message.find(kRank, at + 1)) {
+    std::size_t i = at + kRank.size();
+    int r = 0;
+    const std::size_t digits = i;
+    while (i < message.size() && message[i] >= '0' && message[i] <= '9')
+      r = r * 10 + (message[i++] - '0');
+    if (i == digits || message.compare(i, 7, " (host ") != 0) continue;
+    if (r < impl_->id.size && std::find(lost.begin(), lost.end(), r) == lost.end())
+      lost.push_back(r);
+  }
+  return lost;
 }
 
 std::exception_ptr Communicator::error() const {

@@ -2,7 +2,8 @@
 // tandemrun finish and print the result line; one rank and two ranks with the same global
 // batch train the same model (DDP equivalence); a run stopped and resumed from its checkpoint
 // equals a straight run; a rank SIGKILLed mid-run under tandemrun --max-restarts 1 is restarted
-// and the run resumes to the straight run's result; errors in the command line are clear.
+// and the run resumes to the straight run's result; under training.on_rank_loss=continue the
+// survivors of a SIGKILLed rank go on without it; errors in the command line are clear.
 #include "tools/subprocess.hpp"
 
 #include <fmt/format.h>
@@ -294,6 +295,43 @@ TEST(ExampleEndToEnd, RankKilledMidRunIsRestartedAndResumesToTheUninterruptedRes
   EXPECT_EQ(killed.digest, straight.digest) << "resumed:\n"
                                             << describe(killed) << "\nstraight:\n"
                                             << describe(straight);
+}
+
+// training.on_rank_loss=continue under tandemrun --on-worker-loss continue: rank 1 of 3 is
+// SIGKILLed after step 5 (global batch 96, 32 per rank: 10 steps an epoch of 1024 images);
+// ranks 0 and 2 shrink to a world of 2, re-shard the rest of the epoch (544 images: 5 steps of
+// 96, 48 per rank) and finish both epochs, with no restart and no checkpoint read.
+TEST(ExampleEndToEnd, SurvivorsOfAKilledRankGoOnWithoutIt) {
+  REQUIRE_DATA();
+  const ExampleRun r =
+      run_example(3,
+                  small_args({"-o", "training.batch_size=96", "-o", "training.epochs=2", "-o",
+                              "training.on_rank_loss=continue", "-o", "fault.kill_rank=1", "-o",
+                              "fault.kill_at_step=5"}),
+                  {"--on-worker-loss", "continue"});
+  ASSERT_EQ(r.process.exit_code, 0) << describe(r);
+  const std::string& out = r.process.out;
+  const std::string& err = r.process.err;
+  EXPECT_NE(err.find("[rank 1]: fashion_mnist: rank 1: fault.kill_at_step: killing this rank "
+                     "with SIGKILL after step 5"),
+            std::string::npos)
+      << describe(r);
+  static const std::regex going_on_re(
+      R"(tandemrun: rank 1 \(pid \d+\) was killed by SIGKILL \(9[^)]*\): the other 2 )"
+      R"(worker\(s\) go on without it \(--on-worker-loss continue\))");
+  EXPECT_TRUE(std::regex_search(err, going_on_re)) << describe(r);
+  static const std::regex shrunk_re(
+      R"(\[rank 0\]: lost rank 1 of 3: going on with 2 ranks \(rank 0 is now 0\) from step 5, )"
+      R"(global batch 96, lr [0-9.]+ \(linear: 0.05 x 96/128\); recovered in \d+ ms)");
+  EXPECT_TRUE(std::regex_search(out, shrunk_re)) << describe(r);
+  EXPECT_EQ(out.find("restarting"), std::string::npos) << describe(r);
+  EXPECT_EQ(err.find("restarting"), std::string::npos) << describe(r);
+  // Epoch 1: 5 steps on 3 ranks, 5 on 2; epoch 2: 10 on 2.
+  EXPECT_NE(r.result_line.find("result: world_size=2 epochs=2 steps=20 global_batch=96 "),
+            std::string::npos)
+      << describe(r);
+  EXPECT_NE(r.result_line.find(" ranks_lost=1"), std::string::npos) << describe(r);
+  EXPECT_GT(r.accuracy, 50.0) << describe(r);
 }
 
 TEST(ExampleEndToEnd, MissingDataDirectoryIsAClearError) {
