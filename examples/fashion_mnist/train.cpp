@@ -289,12 +289,14 @@ void train(const Config& config, const Setup& initial_setup,
   std::uint64_t ranks_lost = 0;
   const auto go_on_without = [&](const tandem::Error& e, std::uint64_t at_epoch) {
     if (t.on_rank_loss != OnRankLoss::go_on || e.code() != ErrorCode::PeerLost) return false;
-    const std::vector<int> lost = comm->lost_ranks();
-    if (lost.empty()) return false;
+    if (comm->lost_ranks().empty()) return false;
     const auto start = Clock::now();
     const int old_world = comm->size();
     const int old_rank = comm->rank();
-    comm = comm->shrink(lost);
+    // The survivors agree on the lost ranks (two deaths at once may each be seen by only
+    // some of them), then shrink without those.
+    std::vector<int> lost;
+    comm = comm->shrink_lost(std::nullopt, &lost);
     ranks_lost += lost.size();
     setup = resolve_setup_after_loss(config, comm->size());
     const tandem::data::SamplerState where = sampler.state();

@@ -212,6 +212,19 @@ class Communicator {
   /// for a rank out of range or named twice, and for this rank itself (an excluded rank does
   /// not call shrink).
   std::shared_ptr<Communicator> shrink(std::span<const int> exclude);
+  /// shrink() without a list, for survivors that may not all have heard of every death (two
+  /// ranks lost at once): each publishes lost_ranks() through the store, and the first to
+  /// have every rank accounted for - it published its own view (alive) or some view names it
+  /// (lost) - decides for all (a compare-and-set): the ranks named lost, and those that neither
+  /// published nor were named by the time `wait` ran out (the communicator's timeout when
+  /// empty), are left out. Every survivor then shrinks without the same ranks. A rank left
+  /// out that calls it gets Error(PeerLost) saying so. `left_out`, when given, receives the
+  /// ranks the survivors agreed to leave out. A rank that died after publishing makes
+  /// the shrunk communicator's setup fail with PeerLost: call it again on the same
+  /// communicator.
+  std::shared_ptr<Communicator> shrink_lost(
+      std::optional<std::chrono::milliseconds> wait = std::nullopt,
+      std::vector<int>* left_out = nullptr);
   /// After this communicator failed with PeerLost: the ranks its error names as lost (as
   /// "rank N (host H, pid P)"), in the order named, each once: what the survivors pass to
   /// shrink(). Empty while it is healthy or when it failed for another reason.

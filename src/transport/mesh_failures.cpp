@@ -38,12 +38,20 @@ void MeshImpl::raise_failed_peers() {
 
 void MeshImpl::raise_state(int peer) {
   const Control& c = controls_[static_cast<std::size_t>(peer)];
-  if (c.state() == Control::State::lost)
+  if (c.state() == Control::State::lost) {
+    // Every other peer seen lost by now is named too: the survivors of several deaths at
+    // once then know them all (Communicator::lost_ranks(), shrink_lost()).
+    std::string also;
+    for (std::size_t q = 0; q < controls_.size(); ++q) {
+      if (static_cast<int>(q) == peer || controls_[q].state() != Control::State::lost) continue;
+      also += fmt::format("{}{}", also.empty() ? ". Also lost: " : ", ", who(static_cast<int>(q)));
+    }
     TANDEM_THROW(ErrorCode::PeerLost,
                  "{} died or closed its connection ({}); this rank cannot complete collectives "
                  "without it. Check that rank's output and exit status (a crash, the OOM "
-                 "killer, a signal)",
-                 who(peer), c.reason());
+                 "killer, a signal){}",
+                 who(peer), c.reason(), also);
+  }
   if (c.state() == Control::State::aborted && c.abort_code() == ErrorCode::PeerLost)
     TANDEM_THROW(ErrorCode::PeerLost, "{} (reported by {}, which lost it first)", c.reason(),
                  who(peer));

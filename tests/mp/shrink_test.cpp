@@ -1,7 +1,8 @@
 // Communicator::shrink: the remaining ranks make a communicator without the excluded ones,
 // renumbered in order, with no call on the excluded ranks, which may be dead: a healthy
 // communicator shrunk by a list, the survivors of a rank killed inside a collective, two
-// ranks lost together, a shrink of a shrunk communicator, and the arguments it refuses.
+// ranks lost together, a shrink of a shrunk communicator, the arguments it refuses, and
+// shrink_lost(), where the survivors agree on the lost ranks through the store.
 #include "mp_util.hpp"
 
 #include <tandem/error.hpp>
@@ -133,7 +134,66 @@ TEST_P(Shrink, AgainAndTwiceFromOneParent) {
   testing::expect_all_ok(exits);
 }
 
+// shrink_lost(): ranks 1 and 2 of 4 die together; each survivor may have heard of only one of
+// them, yet both leave out both (the union of their views, decided once).
+TEST_P(Shrink, LostRanksAreAgreedWithoutAList) {
+  const auto exits = testing::run_ranks(
+      4,
+      [&](const testing::RankContext& ctx) {
+        auto comm = connect(ctx);
+        EXPECT_EQ(sum_of(*comm, 1.0), 4.0);
+        if (ctx.rank == 1 || ctx.rank == 2) std::raise(SIGKILL);
+        try {
+          sum_of(*comm, 1.0);
+          ADD_FAILURE() << "the allreduce succeeded without ranks 1 and 2";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::PeerLost) << e.what();
+        }
+        const std::vector<int> seen = comm->lost_ranks();
+        EXPECT_FALSE(seen.empty());
+        for (const int r : seen) EXPECT_TRUE(r == 1 || r == 2) << r;
+        auto small = comm->shrink_lost(std::chrono::seconds(30));
+        EXPECT_EQ(small->size(), 2);
+        EXPECT_EQ(small->rank(), ctx.rank == 0 ? 0 : 1);
+        EXPECT_EQ(sum_of(*small, ctx.rank), 3.0);
+      },
+      run_options(GetParam()));
+  ASSERT_EQ(exits.size(), 4u);
+  EXPECT_TRUE(exits[0].ok()) << testing::describe(exits[0]);
+  EXPECT_TRUE(exits[3].ok()) << testing::describe(exits[3]);
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, Shrink, ::testing::Values("shm", "tcp"), transport_name);
+
+// shrink_lost() on a healthy communicator: rank 2 is alive but does not answer before the
+// others' 300 ms are up, so they leave it out; when it calls afterwards it is told so.
+TEST(ShrinkLost, ARankThatDoesNotAnswerByTheDeadlineIsLeftOutAndToldSo) {
+  const auto exits = testing::run_ranks(
+      3,
+      [&](const testing::RankContext& ctx) {
+        auto comm = connect(ctx);
+        EXPECT_TRUE(comm->lost_ranks().empty());
+        if (ctx.rank == 2) {
+          const std::string done[] = {"shrunk/0", "shrunk/1"};
+          ctx.store()->wait(done);
+          try {
+            comm->shrink_lost(std::chrono::milliseconds(300));
+            ADD_FAILURE() << "rank 2 was let in after the others had decided";
+          } catch (const Error& e) {
+            EXPECT_EQ(e.code(), ErrorCode::PeerLost) << e.what();
+            EXPECT_NE(e.message().find("left this rank (rank 2) out"), std::string::npos)
+                << e.what();
+          }
+          return;
+        }
+        auto small = comm->shrink_lost(std::chrono::milliseconds(300));
+        EXPECT_EQ(small->size(), 2);
+        EXPECT_EQ(sum_of(*small, 1.0), 2.0);
+        ctx.store()->set(fmt::format("shrunk/{}", ctx.rank), "1");
+      },
+      run_options("tcp"));
+  testing::expect_all_ok(exits);
+}
 
 TEST(ShrinkArguments, AreChecked) {
   const auto exits = testing::run_ranks(

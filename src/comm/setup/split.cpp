@@ -7,8 +7,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace tandem {
@@ -83,6 +86,99 @@ std::shared_ptr<Communicator> Communicator::shrink(std::span<const int> exclude)
   auto impl =
       comm::build(impl_->rendezvous.base_store, new_rank, new_size, std::move(options), false);
   return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
+}
+
+namespace {
+
+std::string format_list(const std::vector<int>& ranks) {
+  return ranks.empty() ? std::string("none") : fmt::format("{}", fmt::join(ranks, ","));
+}
+
+std::vector<int> parse_list(std::string_view text, int size) {
+  std::vector<int> out;
+  if (text == "none") return out;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    int r = -1;
+    const auto got = std::from_chars(text.data() + at, text.data() + comma, r);
+    TANDEM_CHECK(got.ec == std::errc() && got.ptr == text.data() + comma && r >= 0 && r < size,
+                 "shrink_lost: a malformed list of ranks in the store: {:?}", std::string(text));
+    out.push_back(r);
+    at = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::shared_ptr<Communicator> Communicator::shrink_lost(
+    std::optional<std::chrono::milliseconds> wait, std::vector<int>* left_out) {
+  const int size = impl_->id.size;
+  const int rank = impl_->id.rank;
+  store::Store& store = *impl_->rendezvous.store;
+  const std::string base = fmt::format("agree{}/", impl_->rendezvous.agree_count++);
+  const std::string decision = base + "decision";
+  const auto view_key = [&](int r) { return fmt::format("{}view/{}", base, r); };
+  const Deadline deadline = deadline_in(wait.value_or(impl_->config.timeout()));
+
+  std::vector<char> alive(static_cast<std::size_t>(size), 0);
+  std::vector<char> lost(static_cast<std::size_t>(size), 0);
+  const std::vector<int> mine = lost_ranks();
+  for (const int r : mine) lost[static_cast<std::size_t>(r)] = 1;
+  store.set(view_key(rank), format_list(mine));
+  alive[static_cast<std::size_t>(rank)] = 1;
+
+  std::string decided;
+  for (;;) {
+    const std::string decision_keys[] = {decision};
+    if (store.check(decision_keys)) {
+      decided = store.get(decision, deadline_in(std::chrono::seconds(10)));
+      break;
+    }
+    std::vector<std::string> waiting;
+    for (int r = 0; r < size; ++r) {
+      if (alive[static_cast<std::size_t>(r)]) continue;
+      const std::string key = view_key(r);
+      const std::string keys[] = {key};
+      if (!store.check(keys)) {
+        if (!lost[static_cast<std::size_t>(r)]) waiting.push_back(key);
+        continue;
+      }
+      alive[static_cast<std::size_t>(r)] = 1;
+      for (const int d : parse_list(store.get(key, deadline_in(std::chrono::seconds(10))), size))
+        lost[static_cast<std::size_t>(d)] = 1;
+    }
+    if (waiting.empty() || Clock::now() >= deadline) {
+      std::vector<int> out;
+      for (int r = 0; r < size; ++r)
+        if (lost[static_cast<std::size_t>(r)] || !alive[static_cast<std::size_t>(r)])
+          out.push_back(r);
+      decided = store.compare_set(decision, "", format_list(out));
+      break;
+    }
+    // Until one of them publishes, the decision appears or a short slice passes (a rank that
+    // died unseen never publishes; another survivor's view may name it meanwhile).
+    try {
+      (void)store.multi_get_or_stop(waiting, decision,
+                                    std::min(deadline, deadline_in(std::chrono::milliseconds(20))),
+                                    std::chrono::milliseconds(5));
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::Timeout) throw;
+    }
+  }
+  const std::vector<int> out = parse_list(decided, size);
+  if (std::find(out.begin(), out.end(), rank) != out.end()) {
+    TANDEM_THROW(ErrorCode::PeerLost,
+                 "shrink_lost: the other ranks of '{}' left this rank (rank {}) out of the "
+                 "shrunk communicator: it was reported lost, or did not answer before their "
+                 "deadline",
+                 impl_->rendezvous.prefix, rank);
+  }
+  TANDEM_INFO(init, "shrink_lost of '{}': rank {} saw [{}] lost; the ranks agreed on [{}]",
+              impl_->rendezvous.prefix, rank, fmt::join(mine, ","), fmt::join(out, ","));
+  if (left_out != nullptr) *left_out = out;
+  return shrink(out);
 }
 
 }  // namespace tandem
