@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""What a rank's death costs the main job: the survivors going on without it
+(training.on_rank_loss=continue, tandemrun --on-worker-loss continue) against the whole job
+restarted from its last checkpoint (tandemrun --max-restarts 1), for the same kill.
+
+    python3 bench/failures/rank_loss.py [--ranks 4] [--kill-at 30] [--trials 3]
+
+Each run: build/bin/fashion_mnist under build/bin/tandemrun on this host, --ranks ranks, 4096
+training images, global batch 96 (the continue runs' world of ranks - 1 keeps it when it
+divides 96), a progress line every step, rank 1 SIGKILLed after step --kill-at (the restart
+runs: a checkpoint every 10 steps). Every output line is stamped on arrival; printed per run:
+
+  kill->next_step  the victim's "killing this rank" line to the first progress line of a
+                   step after it (continue: the survivors' redone step; restart: the first step
+                   of the restarted, resumed round)
+  result           the job's result line
+
+and the medians per mode.
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TANDEMRUN = os.path.join(ROOT, "build", "bin", "tandemrun")
+PROGRAM = os.path.join(ROOT, "build", "bin", "fashion_mnist")
+STEP_RE = re.compile(r"^\[rank 0\]: epoch \d+/\d+ step \d+/\d+ \(total (\d+)/\d+\)")
+
+
+def run(mode, ranks, kill_at, tmp):
+    common = ["-o", "data.limit_train=4096", "-o", "data.limit_test=1024",
+              "-o", "training.batch_size=96", "-o", "training.epochs=1",
+              "-o", "log.progress=lines", "-o", "log.every_steps=1",
+              "-o", "fault.kill_rank=1", "-o", f"fault.kill_at_step={kill_at}"]
+    if mode == "continue":
+        launcher = ["--on-worker-loss", "continue"]
+        extra = ["-o", "training.on_rank_loss=continue"]
+    else:
+        launcher = ["--max-restarts", "1"]
+        extra = ["-o", f"checkpoint.dir={tmp}/ckpt-{time.monotonic_ns()}",
+                 "-o", "checkpoint.every_steps=10"]
+    cmd = [TANDEMRUN, "--nproc-per-node", str(ranks)] + launcher + [PROGRAM] + common + extra
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    killed = next_step = None
+    result = ""
+    for line in p.stdout:
+        now = time.monotonic()
+        if killed is None and "fault.kill_at_step: killing this rank" in line:
+            killed = now
+        elif killed is not None and next_step is None and STEP_RE.match(line):
+            next_step = now
+        if "result:" in line:
+            result = line.strip()
+    rc = p.wait()
+    if rc != 0 or killed is None or next_step is None:
+        sys.exit(f"{mode}: exit {rc}, kill seen {killed is not None}, next step seen "
+                 f"{next_step is not None}: {' '.join(cmd)}")
+    return next_step - killed, result
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--kill-at", type=int, default=30)
+    ap.add_argument("--trials", type=int, default=3)
+    args = ap.parse_args()
+    times = {"continue": [], "restart": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for t in range(args.trials):
+            for mode in ("continue", "restart"):
+                took, result = run(mode, args.ranks, args.kill_at, tmp)
+                times[mode].append(took)
+                print(f"trial {t} {mode}: kill->next_step {took * 1e3:.0f} ms | {result}",
+                      flush=True)
+    for mode, v in times.items():
+        print(f"row: mode={mode} ranks={args.ranks} trials={len(v)} "
+              f"kill_to_next_step_ms={statistics.median(v) * 1e3:.0f} "
+              f"(min {min(v) * 1e3:.0f}, max {max(v) * 1e3:.0f})")
+
+
+if __name__ == "__main__":
+    main()
