@@ -212,16 +212,18 @@ class Communicator {
   /// for a rank out of range or named twice, and for this rank itself (an excluded rank does
   /// not call shrink).
   std::shared_ptr<Communicator> shrink(std::span<const int> exclude);
-  /// shrink() without a list, for survivors that may not all have heard of every death (two
-  /// ranks lost at once): each publishes lost_ranks() through the store, and the first to
-  /// have every rank accounted for - it published its own view (alive) or some view names it
-  /// (lost) - decides for all (a compare-and-set): the ranks named lost, and those that neither
-  /// published nor were named by the time `wait` ran out (the communicator's timeout when
-  /// empty), are left out. Every survivor then shrinks without the same ranks. A rank left
-  /// out that calls it gets Error(PeerLost) saying so. `left_out`, when given, receives the
-  /// ranks the survivors agreed to leave out. A rank that died after publishing makes
-  /// the shrunk communicator's setup fail with PeerLost: call it again on the same
-  /// communicator.
+  /// The ranks the survivors of a PeerLost agree to leave out, for survivors that may not all
+  /// have heard of every death (two ranks lost at once): each publishes lost_ranks() through
+  /// the store, and the first to have every rank accounted for - it published its own view
+  /// (alive) or some view names it (lost) - decides for all (a compare-and-set): the ranks
+  /// named lost, and those that neither published nor were named by the time `wait` ran out
+  /// (the communicator's timeout when empty). A collective of the survivors; the n-th call of
+  /// each meets the n-th of the others. Throws Error(PeerLost) on a rank the others left out
+  /// (it asked after they decided). What shrink() or torch's shrink_group then take.
+  std::vector<int> agree_lost(std::optional<std::chrono::milliseconds> wait = std::nullopt);
+  /// shrink(agree_lost(wait)); `left_out`, when given, receives the ranks left out. A rank
+  /// that died after it published makes the shrunk communicator's setup fail with PeerLost:
+  /// call it again on the same communicator.
   std::shared_ptr<Communicator> shrink_lost(
       std::optional<std::chrono::milliseconds> wait = std::nullopt,
       std::vector<int>* left_out = nullptr);

@@ -43,7 +43,7 @@ struct Rendezvous {
   std::unique_ptr<store::TcpStoreServer> server;
   std::uint64_t split_count = 0;
   std::uint64_t shrink_count = 0;
-  std::uint64_t agree_count = 0;  ///< shrink_lost() calls
+  std::uint64_t agree_count = 0;  ///< agree_lost() calls
 };
 
 /// What the settings and options chose (setup/), read by the executor.

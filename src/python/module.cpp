@@ -11,6 +11,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <pybind11/chrono.h>
+#include <pybind11/stl.h>
 
 namespace py = pybind11;
 
@@ -60,6 +61,17 @@ PYBIND11_MODULE(_backend, m) {
           "tandem's own blocking in-place sum on the tensor's memory, without torch.distributed "
           "around it: what bench/torch_backend/collectives.py --direct compares with, in one "
           "process")
+      .def(
+          "_agree_lost",
+          [](BackendTandem& pg, double wait_s) {
+            std::optional<std::chrono::milliseconds> wait;
+            if (wait_s > 0)
+              wait = std::chrono::milliseconds(static_cast<std::int64_t>(wait_s * 1000));
+            return pg.group().comm()->agree_lost(wait);
+          },
+          py::arg("wait_s"), py::call_guard<py::gil_scoped_release>(),
+          "Communicator::agree_lost: the ranks of this group the survivors of a PeerLost agree "
+          "to leave out (wait_s <= 0: the group's timeout)")
       .def(
           "_transport_to",
           [](BackendTandem& pg, int peer) {

@@ -103,7 +103,7 @@ std::vector<int> parse_list(std::string_view text, int size) {
     int r = -1;
     const auto got = std::from_chars(text.data() + at, text.data() + comma, r);
     TANDEM_CHECK(got.ec == std::errc() && got.ptr == text.data() + comma && r >= 0 && r < size,
-                 "shrink_lost: a malformed list of ranks in the store: {:?}", std::string(text));
+                 "agree_lost: a malformed list of ranks in the store: {:?}", std::string(text));
     out.push_back(r);
     at = comma + 1;
   }
@@ -112,8 +112,7 @@ std::vector<int> parse_list(std::string_view text, int size) {
 
 }  // namespace
 
-std::shared_ptr<Communicator> Communicator::shrink_lost(
-    std::optional<std::chrono::milliseconds> wait, std::vector<int>* left_out) {
+std::vector<int> Communicator::agree_lost(std::optional<std::chrono::milliseconds> wait) {
   const int size = impl_->id.size;
   const int rank = impl_->id.rank;
   store::Store& store = *impl_->rendezvous.store;
@@ -170,13 +169,19 @@ std::shared_ptr<Communicator> Communicator::shrink_lost(
   const std::vector<int> out = parse_list(decided, size);
   if (std::find(out.begin(), out.end(), rank) != out.end()) {
     TANDEM_THROW(ErrorCode::PeerLost,
-                 "shrink_lost: the other ranks of '{}' left this rank (rank {}) out of the "
+                 "agree_lost: the other ranks of '{}' left this rank (rank {}) out of the "
                  "shrunk communicator: it was reported lost, or did not answer before their "
                  "deadline",
                  impl_->rendezvous.prefix, rank);
   }
-  TANDEM_INFO(init, "shrink_lost of '{}': rank {} saw [{}] lost; the ranks agreed on [{}]",
+  TANDEM_INFO(init, "agree_lost on '{}': rank {} saw [{}] lost; the ranks agreed on [{}]",
               impl_->rendezvous.prefix, rank, fmt::join(mine, ","), fmt::join(out, ","));
+  return out;
+}
+
+std::shared_ptr<Communicator> Communicator::shrink_lost(
+    std::optional<std::chrono::milliseconds> wait, std::vector<int>* left_out) {
+  std::vector<int> out = agree_lost(wait);
   if (left_out != nullptr) *left_out = out;
   return shrink(out);
 }

@@ -62,6 +62,19 @@ class PeerLostError(TandemError):
         return lost_ranks(str(self))
 
 
+def agree_lost_ranks(group=None, timeout=None):
+    """After a PeerLostError: the ranks of `group` (the default group when None) that its
+    surviving ranks agree to leave out, for dist.shrink_group. Every survivor calls it; each
+    publishes the ranks it saw lost through the store and the first to have every rank
+    accounted for decides for all (Communicator::agree_lost), so two ranks lost at once are
+    left out together even where each survivor heard of one. A rank that neither answers nor
+    is named lost is left out at `timeout` (a timedelta; the group's timeout when None)."""
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    backend = pg._get_backend(torch.device("cpu"))
+    wait = timeout.total_seconds() if timeout is not None else 0.0
+    return list(backend._agree_lost(wait))
+
+
 def lost_ranks(message):
     """The ranks a PeerLost report names as lost ("rank N (host H, pid P)"), in the order
     named, each once: also for the message of an error that torch re-raised as another type

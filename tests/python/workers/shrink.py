@@ -52,11 +52,11 @@ while step < steps:
     try:
         loss.backward()
     except RuntimeError as e:  # DDP re-raises the backend's PeerLostError as a RuntimeError
-        lost = tandem.torch.lost_ranks(str(e))
-        if not lost:
+        if not tandem.torch.lost_ranks(str(e)):
             raise
-        # The ranks it names are the current group's (after a first shrink, not the original
-        # ones): what shrink_group takes.
+        # The survivors agree on the lost ranks (ranks of the current group, not the original
+        # ones after a first shrink): what shrink_group takes.
+        lost = tandem.torch.agree_lost_ranks()
         group = dist.shrink_group(lost)
         members = [m for i, m in enumerate(members) if i not in lost]
         ddp = DDP(model, process_group=group)
