@@ -305,6 +305,32 @@ TEST(Stall, WarningNamesTheRanksThatHaveNotEntered) {
   for (const auto& e : exits) EXPECT_TRUE(e.ok()) << testing::describe(e);
 }
 
+// Rank 1 stays out of allreduce #0 until rank 0 has logged the stall; the warning must give
+// the timeout set after setup (123 s), not the one the communicator was made with (60 s).
+TEST(Stall, WarningNamesTheTimeoutSetAfterSetup) {
+  tandem::testing::TempDir dir;
+  const std::string log = dir.file("rank0.log");
+  const auto exits = testing::run_ranks(
+      2,
+      [&](const testing::RankContext& ctx) {
+        if (ctx.rank == 0) log_to(log);
+        auto comm = connect(ctx);
+        ASSERT_EQ(comm->timeout(), 60s);
+        comm->set_timeout(123s);
+        if (ctx.rank == 1) wait_for_stall_warning(log);
+        std::vector<float> v(16, 1.0f);
+        comm->allreduce(BufferView::of(std::span<float>(v)), ReduceOp::sum);
+        EXPECT_EQ(v[0], 2.0f);
+        if (ctx.rank != 0) return;
+        const std::string text = read_file(log);
+        EXPECT_NE(text.find("It fails at TANDEM_TIMEOUT (123 s after it started)"),
+                  std::string::npos)
+            << text;
+      },
+      run_options("shm", {"TANDEM_TIMEOUT=60", "TANDEM_STALL_WARN=0.3"}));
+  testing::expect_all_ok(exits);
+}
+
 // A rank that has called no collective yet has published no progress record (setup spends no
 // store request on one): a stall report reads its address record instead and says so. Rank 2
 // joins allreduce #0 once rank 0 has logged the report.
