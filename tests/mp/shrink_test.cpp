@@ -1,9 +1,11 @@
 // Communicator::shrink: the remaining ranks make a communicator without the excluded ones,
 // renumbered in order, with no call on the excluded ranks, which may be dead: a healthy
 // communicator shrunk by a list, the survivors of a rank killed inside a collective, two
-// ranks lost together, a shrink of a shrunk communicator, the arguments it refuses, and
-// shrink_lost(), where the survivors agree on the lost ranks through the store.
+// ranks lost together, a shrink of a shrunk communicator, the arguments it refuses,
+// shrink_lost(), where the survivors agree on the lost ranks through the store, and a second
+// death during a shrink.
 #include "mp_util.hpp"
+#include "transport/bootstrap.hpp"
 
 #include <tandem/error.hpp>
 
@@ -12,6 +14,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -25,16 +28,33 @@ double sum_of(Communicator& comm, double mine) {
   return v;
 }
 
-// Ranks 1 and 2 of the 4 die together between two allreduces: only ranks 0 and 3 return,
-// their second allreduce having failed with PeerLost.
-void lose_ranks_1_and_2(Communicator& comm) {
+// The ranks `victims` of comm's 4 die together between two allreduces: only the others
+// return, their second allreduce having failed with PeerLost.
+void lose_ranks(Communicator& comm, std::initializer_list<int> victims) {
   EXPECT_EQ(sum_of(comm, 1.0), 4.0);
-  if (comm.rank() == 1 || comm.rank() == 2) std::raise(SIGKILL);
+  for (const int v : victims)
+    if (comm.rank() == v) std::raise(SIGKILL);
   try {
     sum_of(comm, 1.0);
-    ADD_FAILURE() << "the allreduce succeeded without ranks 1 and 2";
+    ADD_FAILURE() << "the allreduce succeeded without the killed ranks";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::PeerLost) << e.what();
+  }
+}
+
+// What ranks 0 and 3 of 4 have after shrinking without ranks 1 and 2: a communicator of 2 in
+// which they are 0 and 1, and whose allreduce works.
+void expect_ranks_0_and_3(Communicator& small, int old_rank) {
+  EXPECT_EQ(small.size(), 2);
+  EXPECT_EQ(small.rank(), old_rank == 0 ? 0 : 1);
+  EXPECT_EQ(sum_of(small, old_rank), 3.0);
+}
+
+void expect_survivors_ok(const std::vector<testing::RankExit>& exits,
+                         std::initializer_list<int> survivors) {
+  for (const int r : survivors) {
+    ASSERT_LT(static_cast<std::size_t>(r), exits.size());
+    EXPECT_TRUE(exits[static_cast<std::size_t>(r)].ok()) << testing::describe(exits[r]);
   }
 }
 
@@ -102,17 +122,13 @@ TEST_P(Shrink, TwoRanksLostTogether) {
       4,
       [&](const testing::RankContext& ctx) {
         auto comm = connect(ctx);
-        lose_ranks_1_and_2(*comm);
+        lose_ranks(*comm, {1, 2});
         const int exclude[] = {2, 1};  // in any order
         auto small = comm->shrink(exclude);
-        EXPECT_EQ(small->size(), 2);
-        EXPECT_EQ(small->rank(), ctx.rank == 0 ? 0 : 1);
-        EXPECT_EQ(sum_of(*small, ctx.rank), 3.0);
+        expect_ranks_0_and_3(*small, ctx.rank);
       },
       run_options(GetParam()));
-  ASSERT_EQ(exits.size(), 4u);
-  EXPECT_TRUE(exits[0].ok()) << testing::describe(exits[0]);
-  EXPECT_TRUE(exits[3].ok()) << testing::describe(exits[3]);
+  expect_survivors_ok(exits, {0, 3});
 }
 
 // A shrunk communicator shrinks again, and the parent shrinks a second time under a name of
@@ -147,19 +163,45 @@ TEST_P(Shrink, LostRanksAreAgreedWithoutAList) {
       4,
       [&](const testing::RankContext& ctx) {
         auto comm = connect(ctx);
-        lose_ranks_1_and_2(*comm);
+        lose_ranks(*comm, {1, 2});
         const std::vector<int> seen = comm->lost_ranks();
         EXPECT_FALSE(seen.empty());
         for (const int r : seen) EXPECT_TRUE(r == 1 || r == 2) << r;
         auto small = comm->shrink_lost(std::chrono::seconds(30));
-        EXPECT_EQ(small->size(), 2);
-        EXPECT_EQ(small->rank(), ctx.rank == 0 ? 0 : 1);
-        EXPECT_EQ(sum_of(*small, ctx.rank), 3.0);
+        expect_ranks_0_and_3(*small, ctx.rank);
       },
       run_options(GetParam()));
-  ASSERT_EQ(exits.size(), 4u);
-  EXPECT_TRUE(exits[0].ok()) << testing::describe(exits[0]);
-  EXPECT_TRUE(exits[3].ok()) << testing::describe(exits[3]);
+  expect_survivors_ok(exits, {0, 3});
+}
+
+void die_at_published_addresses(std::string_view step) {
+  if (step == "published addresses") std::raise(SIGKILL);
+}
+
+// A second death during the shrink: rank 1 of 4 dies, and rank 2 dies inside the shrunk
+// communicator's setup. Ranks 0 and 3 get PeerLost from shrink_lost() (never a communicator
+// that needs rank 2), and a second shrink_lost() of the parent leaves both out: rank 2, which
+// the parent never saw die, when it has not answered by the deadline.
+TEST_P(Shrink, ASecondDeathDuringTheShrinkIsPeerLostAndTheNextShrinkLeavesItOut) {
+  const auto exits = testing::run_ranks(
+      4,
+      [&](const testing::RankContext& ctx) {
+        auto comm = connect(ctx);
+        lose_ranks(*comm, {1});
+        if (ctx.rank == 2) transport::testing::setup_step_hook = die_at_published_addresses;
+        try {
+          comm->shrink_lost(std::chrono::seconds(30));
+          ADD_FAILURE() << "a shrink succeeded although rank 2 died inside it";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::PeerLost) << e.what();
+        }
+        std::vector<int> left_out;
+        auto small = comm->shrink_lost(std::chrono::seconds(1), &left_out);
+        EXPECT_EQ(left_out, (std::vector<int>{1, 2}));
+        expect_ranks_0_and_3(*small, ctx.rank);
+      },
+      run_options(GetParam()));
+  expect_survivors_ok(exits, {0, 3});
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, Shrink, ::testing::Values("shm", "tcp"), transport_name);
