@@ -150,14 +150,14 @@ def test_rank_skipping_an_fsdp2_layer_is_named():
         print(f"rank {r}: {rep['message'][:300]}")
 
 
-def test_survivors_shrink_the_group_and_train_on():
-    # docs/python.md's recipe (workers/shrink.py): rank 1 of 3 is SIGKILLed between its forward
-    # and its backward at step 3; ranks 0 and 2 catch the PeerLostError, shrink_group([1]) and
-    # finish the 8 steps as a group of 2, with identical parameters.
+def shrink_run(world, kill):
+    """workers/shrink.py on `world` ranks with the ranks `kill` SIGKILLed at step 3: the
+    survivors' reports (the killed ranks must have died by the signal)."""
     with tempfile.TemporaryDirectory() as d:
         procs = []
-        for r in range(3):
-            e = worker_env({"RANK": str(r), "WORLD_SIZE": "3", "KILL": "1", "KILL_STEP": "3",
+        for r in range(world):
+            e = worker_env({"RANK": str(r), "WORLD_SIZE": str(world),
+                            "KILL": ",".join(map(str, kill)), "KILL_STEP": "3",
                             "INIT": "file://" + os.path.join(d, "store"), "REPORT_DIR": d})
             procs.append(subprocess.Popen([sys.executable, worker("shrink.py")], env=e,
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -169,12 +169,22 @@ def test_survivors_shrink_the_group_and_train_on():
                 if p.poll() is None:
                     p.kill()
                     p.wait()
-        assert procs[1].returncode == -signal.SIGKILL, outs[1]
         reports = {}
-        for r in (0, 2):
+        for r in range(world):
+            if r in kill:
+                assert procs[r].returncode == -signal.SIGKILL, outs[r]
+                continue
             assert procs[r].returncode == 0, outs[r]
             with open(os.path.join(d, f"rank{r}.json")) as f:
                 reports[r] = json.load(f)
+        return reports
+
+
+def test_survivors_shrink_the_group_and_train_on():
+    # docs/python.md's recipe (workers/shrink.py): rank 1 of 3 is SIGKILLed between its forward
+    # and its backward at step 3; ranks 0 and 2 catch the PeerLostError, agree on the lost
+    # rank, shrink_group([1]) and finish the 8 steps as a group of 2, with identical parameters.
+    reports = shrink_run(3, [1])
     assert reports[0]["digest"] == reports[2]["digest"], reports
     for r, rep in reports.items():
         assert rep["members"] == [0, 2], rep
@@ -182,3 +192,14 @@ def test_survivors_shrink_the_group_and_train_on():
         assert len(rep["losses"]) == 8, rep
         print(f"rank {r}: first all_reduce on the shrunk group "
               f"{rep['recovered_in'] * 1e3:.0f} ms after the kill")
+
+
+def test_survivors_of_two_ranks_lost_together_agree_on_both():
+    # Ranks 1 and 2 of 4 die at the same step: each survivor may hear of only one, yet
+    # agree_lost_ranks() gives both the same two, and they go on as a group of 2.
+    reports = shrink_run(4, [1, 2])
+    assert reports[0]["digest"] == reports[3]["digest"], reports
+    for r, rep in reports.items():
+        assert rep["members"] == [0, 3], rep
+        assert rep["group_size"] == 2 and rep["group_rank"] == (0 if r == 0 else 1), rep
+        assert len(rep["losses"]) == 8, rep

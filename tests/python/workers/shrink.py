@@ -1,7 +1,7 @@
 """docs/python.md's recipe for training on without a lost rank: a DDP loop that catches tandem's
 PeerLostError, shrinks the group without the rank it names (dist.shrink_group), wraps the model
-again and redoes the step. Rank KILL (env) SIGKILLs itself at step KILL_STEP, between its
-forward and its backward. Every surviving rank writes what it saw to REPORT_DIR/rank<r>.json:
+again and redoes the step. The ranks KILL (env, comma-separated) SIGKILL themselves at step
+KILL_STEP, between their forward and their backward. Every surviving rank writes what it saw to REPORT_DIR/rank<r>.json:
 the losses, a digest of its parameters, the group it ended in and the time from the kill to
 its first all_reduce on the shrunk group."""
 
@@ -21,7 +21,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import tandem.torch
 
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-victim, kill_step = int(os.environ.get("KILL", "1")), int(os.environ.get("KILL_STEP", "3"))
+victims = [int(r) for r in os.environ.get("KILL", "1").split(",")]
+kill_step = int(os.environ.get("KILL_STEP", "3"))
 steps = int(os.environ.get("STEPS", "8"))
 dist.init_process_group("tandem", init_method=os.environ["INIT"], rank=rank, world_size=world,
                         timeout=datetime.timedelta(seconds=60))
@@ -46,8 +47,8 @@ while step < steps:
     x, y = batch(step, rank)
     opt.zero_grad()
     loss = nn.functional.mse_loss(ddp(x), y)
-    if rank == victim and step == kill_step:
-        store.set("killed_at", repr(time.monotonic()))
+    if rank in victims and step == kill_step:
+        store.set(f"killed_at/{rank}", repr(time.monotonic()))
         os.kill(os.getpid(), signal.SIGKILL)
     try:
         loss.backward()
@@ -64,7 +65,8 @@ while step < steps:
             t = torch.ones(1)
             dist.all_reduce(t)  # the first call on the shrunk group
             assert t.item() == len(members), (t.item(), members)
-            recovered_in = time.monotonic() - float(store.get("killed_at"))
+            recovered_in = time.monotonic() - max(
+                float(store.get(f"killed_at/{r}")) for r in victims)
         continue  # redo this step on the survivors
     opt.step()
     losses.append(loss.item())
