@@ -206,11 +206,12 @@ class Communicator {
   /// case is a communicator that failed with PeerLost, shrunk by its survivors without the
   /// rank the error names; a healthy one can be shrunk too. No operation runs on this
   /// communicator, which stays as it was: destroy it (or abort() it first, to fail the calls
-  /// still in flight). Every remaining rank must pass the same ranks and shrink the same
-  /// communicator the same number of times: ranks that disagree make different communicators,
-  /// whose setup fails at the timeout naming the ranks it waited for. Throws InvalidArgument
-  /// for a rank out of range or named twice, and for this rank itself (an excluded rank does
-  /// not call shrink).
+  /// still in flight). It ends with a barrier of the new communicator, so that a remaining
+  /// rank lost during the shrink fails it with PeerLost on every survivor. Every remaining rank
+  /// must pass the same ranks and shrink the same communicator the same number of times: ranks that
+  /// disagree make different communicators, whose setup fails at the timeout naming the ranks it
+  /// waited for. Throws InvalidArgument for a rank out of range or named twice, and for this rank
+  /// itself (an excluded rank does not call shrink).
   std::shared_ptr<Communicator> shrink(std::span<const int> exclude);
   /// The ranks the survivors of a PeerLost agree to leave out, for survivors that may not all
   /// have heard of every death (two ranks lost at once): each publishes lost_ranks() through

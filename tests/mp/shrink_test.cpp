@@ -3,7 +3,7 @@
 // communicator shrunk by a list, the survivors of a rank killed inside a collective, two
 // ranks lost together, a shrink of a shrunk communicator, the arguments it refuses,
 // shrink_lost(), where the survivors agree on the lost ranks through the store, and a second
-// death during a shrink.
+// death at each step of a shrink's setup.
 #include "mp_util.hpp"
 #include "transport/bootstrap.hpp"
 
@@ -174,21 +174,35 @@ TEST_P(Shrink, LostRanksAreAgreedWithoutAList) {
   expect_survivors_ok(exits, {0, 3});
 }
 
-void die_at_published_addresses(std::string_view step) {
-  if (step == "published addresses") std::raise(SIGKILL);
+INSTANTIATE_TEST_SUITE_P(Transports, Shrink, ::testing::Values("shm", "tcp"), transport_name);
+
+// The setup step at which rank 2 dies inside the shrunk communicator's setup.
+std::string g_die_at;
+void die_at_step(std::string_view step) {
+  if (step == g_die_at) std::raise(SIGKILL);
 }
 
-// A second death during the shrink: rank 1 of 4 dies, and rank 2 dies inside the shrunk
-// communicator's setup. Ranks 0 and 3 get PeerLost from shrink_lost() (never a communicator
-// that needs rank 2), and a second shrink_lost() of the parent leaves both out: rank 2, which
-// the parent never saw die, when it has not answered by the deadline.
-TEST_P(Shrink, ASecondDeathDuringTheShrinkIsPeerLostAndTheNextShrinkLeavesItOut) {
+struct StepCase {
+  std::string transport;
+  std::string step;
+};
+class ShrinkKilledDuringSetup : public ::testing::TestWithParam<StepCase> {};
+
+// A second death during the shrink, at each step of the shrunk communicator's setup: rank 1 of
+// 4 dies, then rank 2 inside the shrink. Ranks 0 and 3 get PeerLost from shrink_lost() (never
+// a communicator that needs rank 2), and a second shrink_lost() of the parent leaves both out:
+// rank 2, which the parent never saw die, when it has not answered by the 1 s deadline.
+TEST_P(ShrinkKilledDuringSetup, IsPeerLostAndTheNextShrinkLeavesItOut) {
+  const auto& p = GetParam();
   const auto exits = testing::run_ranks(
       4,
       [&](const testing::RankContext& ctx) {
         auto comm = connect(ctx);
         lose_ranks(*comm, {1});
-        if (ctx.rank == 2) transport::testing::setup_step_hook = die_at_published_addresses;
+        if (ctx.rank == 2) {
+          g_die_at = p.step;
+          transport::testing::setup_step_hook = die_at_step;
+        }
         try {
           comm->shrink_lost(std::chrono::seconds(30));
           ADD_FAILURE() << "a shrink succeeded although rank 2 died inside it";
@@ -200,11 +214,27 @@ TEST_P(Shrink, ASecondDeathDuringTheShrinkIsPeerLostAndTheNextShrinkLeavesItOut)
         EXPECT_EQ(left_out, (std::vector<int>{1, 2}));
         expect_ranks_0_and_3(*small, ctx.rank);
       },
-      run_options(GetParam()));
+      run_options(p.transport));
   expect_survivors_ok(exits, {0, 3});
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, Shrink, ::testing::Values("shm", "tcp"), transport_name);
+std::vector<StepCase> step_cases() {
+  std::vector<StepCase> cases;
+  for (const char* t : {"shm", "tcp"})
+    for (const char* s : {"start", "published addresses", "gathered addresses",
+                          "connected setup peers", "exchanged records", "connected"})
+      cases.push_back({t, s});
+  cases.push_back({"shm", "published shared-memory segment names"});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, ShrinkKilledDuringSetup, ::testing::ValuesIn(step_cases()),
+                         [](const auto& test) {
+                           std::string name = test.param.transport + "_" + test.param.step;
+                           for (char& c : name)
+                             if (c == ' ' || c == '-') c = '_';
+                           return name;
+                         });
 
 // shrink_lost() on a healthy communicator: rank 2 is alive but does not answer before the
 // others' 300 ms are up, so they leave it out; when it calls afterwards it is told so.

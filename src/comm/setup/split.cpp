@@ -83,9 +83,23 @@ std::shared_ptr<Communicator> Communicator::shrink(std::span<const int> exclude)
               impl_->rendezvous.prefix, fmt::join(out, ","), new_rank, new_size,
               options.store_prefix);
   // A lost-rank key of its own: the parent's may already name the rank that died.
+  const std::string name = options.store_prefix;
   auto impl =
       comm::build(impl_->rendezvous.base_store, new_rank, new_size, std::move(options), false);
-  return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
+  auto child = std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
+  // Setup can end before every pair is connected (tcp peers connect at their first message):
+  // a barrier makes every remaining rank hear from the others, so that a rank lost during the
+  // shrink fails it on every survivor instead of leaving some with a communicator it is in.
+  try {
+    child->barrier();
+  } catch (const Error& e) {
+    throw Error(e.code(),
+                fmt::format("shrink to '{}': a remaining rank was lost while the shrunk "
+                            "communicator was set up: {}",
+                            name, e.message()),
+                __FILE__, __LINE__);
+  }
+  return child;
 }
 
 namespace {
