@@ -100,24 +100,31 @@ def test_exit_while_a_future_callback_runs_is_clean():
     assert "terminate called" not in p.stdout + p.stderr
 
 
+def run_workers(d, script, args, nproc, env, stderr=subprocess.PIPE):
+    """`script` (tests/python/workers) on `nproc` plain processes over a FileStore in `d`,
+    reporting to `d`; waits for them (120 s each) and kills any left. Returns (procs, outs):
+    outs[r] is rank r's (stdout, stderr)."""
+    procs = []
+    for r in range(nproc):
+        e = worker_env({"RANK": str(r), "WORLD_SIZE": str(nproc),
+                        "INIT": "file://" + os.path.join(d, "store"), "REPORT_DIR": d,
+                        **(env or {})})
+        procs.append(subprocess.Popen([sys.executable, worker(script)] + args, env=e,
+                                      stdout=subprocess.PIPE, stderr=stderr, text=True))
+    outs = []
+    try:
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return procs, outs
+
+
 def run_stack(mode, nproc, env=None):
     with tempfile.TemporaryDirectory() as d:
-        procs = []
-        for r in range(nproc):
-            e = worker_env({"RANK": str(r), "WORLD_SIZE": str(nproc),
-                            "INIT": "file://" + os.path.join(d, "store"), "REPORT_DIR": d,
-                            **(env or {})})
-            procs.append(subprocess.Popen([sys.executable, worker("stack_faults.py"), mode],
-                                          env=e, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True))
-        outs = []
-        try:
-            outs = [p.communicate(timeout=120) for p in procs]
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
+        _, outs = run_workers(d, "stack_faults.py", [mode], nproc, env)
         reports = {}
         for r in range(nproc):
             path = os.path.join(d, f"rank{r}.json")
@@ -154,21 +161,10 @@ def shrink_run(world, kill):
     """workers/shrink.py on `world` ranks with the ranks `kill` SIGKILLed at step 3: the
     survivors' reports (the killed ranks must have died by the signal)."""
     with tempfile.TemporaryDirectory() as d:
-        procs = []
-        for r in range(world):
-            e = worker_env({"RANK": str(r), "WORLD_SIZE": str(world),
-                            "KILL": ",".join(map(str, kill)), "KILL_STEP": "3",
-                            "INIT": "file://" + os.path.join(d, "store"), "REPORT_DIR": d})
-            procs.append(subprocess.Popen([sys.executable, worker("shrink.py")], env=e,
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                          text=True))
-        try:
-            outs = [p.communicate(timeout=120)[0] for p in procs]
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
+        procs, outs = run_workers(d, "shrink.py", [], world,
+                                  {"KILL": ",".join(map(str, kill)), "KILL_STEP": "3"},
+                                  stderr=subprocess.STDOUT)
+        outs = [out for out, _ in outs]
         reports = {}
         for r in range(world):
             if r in kill:
