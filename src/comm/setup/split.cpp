@@ -195,7 +195,15 @@ std::vector<int> Communicator::agree_lost(std::optional<std::chrono::millisecond
 
 std::shared_ptr<Communicator> Communicator::shrink_lost(
     std::optional<std::chrono::milliseconds> wait, std::vector<int>* left_out) {
-  std::vector<int> out = agree_lost(wait);
+  std::vector<int> out;
+  try {
+    out = agree_lost(wait);
+  } catch (...) {
+    // Every call uses up a shrink number, also one that fails before shrinking: survivors
+    // whose calls failed at different points still name their next shrink alike.
+    ++impl_->rendezvous.shrink_count;
+    throw;
+  }
   if (left_out != nullptr) *left_out = out;
   return shrink(out);
 }
