@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -29,11 +30,22 @@ double sum_of(Communicator& comm, double mine) {
 }
 
 // The ranks `victims` of comm's 4 die together between two allreduces: only the others
-// return, their second allreduce having failed with PeerLost.
-void lose_ranks(Communicator& comm, std::initializer_list<int> victims) {
+// return, their second allreduce having failed with PeerLost. The victims die only once every
+// other rank has finished the first allreduce: a rank that has finished a collective may still
+// owe its peers their part of it, and dying then fails the collective on them.
+void lose_ranks(Communicator& comm, store::Store& store, std::initializer_list<int> victims) {
   EXPECT_EQ(sum_of(comm, 1.0), 4.0);
-  for (const int v : victims)
-    if (comm.rank() == v) std::raise(SIGKILL);
+  const auto is_victim = [&](int r) {
+    return std::find(victims.begin(), victims.end(), r) != victims.end();
+  };
+  if (is_victim(comm.rank())) {
+    std::vector<std::string> finished;
+    for (int r = 0; r < comm.size(); ++r)
+      if (!is_victim(r)) finished.push_back(fmt::format("finished/{}", r));
+    store.wait(finished);
+    std::raise(SIGKILL);
+  }
+  store.set(fmt::format("finished/{}", comm.rank()), "1");
   try {
     sum_of(comm, 1.0);
     ADD_FAILURE() << "the allreduce succeeded without the killed ranks";
@@ -122,7 +134,7 @@ TEST_P(Shrink, TwoRanksLostTogether) {
       4,
       [&](const testing::RankContext& ctx) {
         auto comm = connect(ctx);
-        lose_ranks(*comm, {1, 2});
+        lose_ranks(*comm, *ctx.store(), {1, 2});
         const int exclude[] = {2, 1};  // in any order
         auto small = comm->shrink(exclude);
         expect_ranks_0_and_3(*small, ctx.rank);
@@ -163,7 +175,7 @@ TEST_P(Shrink, LostRanksAreAgreedWithoutAList) {
       4,
       [&](const testing::RankContext& ctx) {
         auto comm = connect(ctx);
-        lose_ranks(*comm, {1, 2});
+        lose_ranks(*comm, *ctx.store(), {1, 2});
         const std::vector<int> seen = comm->lost_ranks();
         EXPECT_FALSE(seen.empty());
         for (const int r : seen) EXPECT_TRUE(r == 1 || r == 2) << r;
@@ -199,7 +211,7 @@ TEST_P(ShrinkKilledDuringSetup, IsPeerLostAndTheNextShrinkLeavesItOut) {
       4,
       [&](const testing::RankContext& ctx) {
         auto comm = connect(ctx);
-        lose_ranks(*comm, {1});
+        lose_ranks(*comm, *ctx.store(), {1});
         if (ctx.rank == 2) {
           g_die_at = p.step;
           transport::testing::setup_step_hook = die_at_step;
