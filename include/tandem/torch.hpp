@@ -232,6 +232,17 @@ class Checkpointer {
   CheckpointOptions options_;
 };
 
+/// Collective: every rank ends with `root`'s model parameters and buffers, optimizer state and
+/// TrainingState, sent over `comm` (no file is read or written): what a rank that joins a
+/// running job, or a survivor that fell a step behind the others when a rank was lost, needs to
+/// go on with them. Every rank passes the same root; root passes its `state` (the others' is
+/// ignored) and its objects are left unchanged. Loads in place, like Checkpointer::load_latest,
+/// so a DistributedDataParallel over the module stays valid. Returns root's TrainingState on
+/// every rank. Throws InvalidArgument on every rank when one of them cannot load the state
+/// (a different model or optimizer).
+TrainingState share_state(Communicator& comm, int root, ::torch::nn::Module& module,
+                          ::torch::optim::Optimizer& optimizer, const TrainingState& state);
+
 // ---- data and metrics ---------------------------------------------------------------------
 
 /// A batch of images (N x 1 x rows x cols, f32, normalised) and labels (N, i64).

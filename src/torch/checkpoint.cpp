@@ -535,4 +535,81 @@ std::optional<TrainingState> Checkpointer::load_latest(::torch::nn::Module& modu
   return result;
 }
 
+// ---- state from a peer --------------------------------------------------------------------
+
+TrainingState share_state(Communicator& comm, int root, ::torch::nn::Module& module,
+                          ::torch::optim::Optimizer& optimizer, const TrainingState& state) {
+  TANDEM_CHECK_ARG(root >= 0 && root < comm.size(),
+                   "share_state: root {} is not a rank of this communicator of {} ranks", root,
+                   comm.size());
+  // Root sends a checkpoint's bytes (without the RNG states): its length, then the bytes.
+  std::string bytes;
+  std::int64_t length = 0;
+  std::string root_failure;
+  if (comm.rank() == root) {
+    try {
+      json meta = to_json(state);
+      meta["format"] = "tandem-state";
+      bytes =
+          encode(meta, archive_bytes([&](::torch::serialize::OutputArchive& a) { module.save(a); }),
+                 archive_bytes([&](::torch::serialize::OutputArchive& a) { optimizer.save(a); }),
+                 std::string());
+      length = static_cast<std::int64_t>(bytes.size());
+    } catch (const std::exception& e) {
+      root_failure = e.what();
+      length = -1;  // tells the others, which then fail too
+    }
+  }
+  comm.broadcast(BufferView::raw(&length, 1, DataType::i64), root);
+  if (!root_failure.empty())
+    TANDEM_THROW(ErrorCode::InvalidArgument, "share_state: cannot serialize this rank's state: {}",
+                 root_failure);
+  if (length == -1)
+    TANDEM_THROW(ErrorCode::InvalidArgument,
+                 "share_state: rank {} could not serialize its state (its error says why)", root);
+  if (length < 0 || static_cast<std::uint64_t>(length) > kHeaderBytes + kMaxPayload)
+    TANDEM_THROW(ErrorCode::Mismatch, "share_state: rank {} announced a state of {} bytes", root,
+                 length);
+  bytes.resize(static_cast<std::size_t>(length));
+  comm.broadcast(BufferView::raw(bytes.data(), bytes.size(), DataType::u8), root);
+
+  // Every rank loads (root's objects already hold it), then all learn whether every rank
+  // could: a rank whose model does not fit fails the call everywhere, not just on itself.
+  TrainingState out = state;
+  std::string failure;
+  if (comm.rank() != root) {
+    try {
+      const Contents c = decode(bytes);
+      out = state_from_json(c.meta);
+      const auto params = module.parameters();
+      const auto device = params.empty() ? c10::Device(c10::kCPU) : params.front().device();
+      ::torch::serialize::InputArchive model;
+      model.load_from(c.model.data(), c.model.size(), device);
+      load_in_place(module, model);
+      ::torch::serialize::InputArchive optim;
+      optim.load_from(c.optimizer.data(), c.optimizer.size(), device);
+      optimizer.load(optim);
+    } catch (const Error& e) {
+      failure = e.message();
+    } catch (const c10::Error& e) {
+      failure = e.what_without_backtrace();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }
+  std::int64_t failed = failure.empty() ? -1 : comm.rank();
+  comm.allreduce(BufferView::raw(&failed, 1, DataType::i64), ReduceOp::max);
+  if (!failure.empty())
+    TANDEM_THROW(ErrorCode::InvalidArgument,
+                 "share_state: the state of rank {} does not fit this rank's model or optimizer: "
+                 "{}. Every rank must build the same model and optimizer",
+                 root, failure);
+  if (failed >= 0)
+    TANDEM_THROW(ErrorCode::InvalidArgument,
+                 "share_state: rank {} could not load the state of rank {} into its model or "
+                 "optimizer (its error says why)",
+                 failed, root);
+  return out;
+}
+
 }  // namespace tandem::torch

@@ -1,6 +1,6 @@
 // Checkpointer: round trip of everything a resumed run needs, rotation, damaged files, a
 // writer killed at every step of a save, a run killed after a save and resumed, a full disk
-// during a save.
+// during a save. share_state: the same state sent from one rank to the others, no file.
 
 #include "torch/checkpoint_file.hpp"
 #include "torch/torch_test_util.hpp"
@@ -31,6 +31,7 @@ namespace {
 namespace fs = std::filesystem;
 using torch::Checkpointer;
 using torch::DistributedDataParallel;
+using torch::share_state;
 using torch::TrainingState;
 namespace F = ::torch::nn::functional;
 
@@ -567,6 +568,89 @@ TEST(Checkpoint, FullDiskKeepsThePreviousCheckpointAndFailsEveryRank) {
         }
         // With space again, saving works.
         EXPECT_EQ(ck.save(*net, opt, st), d / "ckpt-2.tdm");
+      },
+      run_options()));
+}
+
+// Three ranks whose models, momenta and training states all differ (rank 2 has never stepped
+// its optimizer) take rank 1's: parameters, momenta and state equal rank 1's on every rank,
+// and rank 1's own are unchanged.
+TEST(ShareState, EveryRankEndsWithTheRootsModelOptimizerAndTrainingState) {
+  testing::expect_all_ok(testing::run_ranks(
+      3,
+      [&](const testing::RankContext& ctx) {
+        auto comm = start_rank(ctx);
+        const Data data = make_data(Net::mlp, 64);
+        auto net = make_net(Net::mlp, 100 + static_cast<std::uint64_t>(ctx.rank));
+        auto opt = make_sgd(*net);
+        for (int k = 0; k < 2 - ctx.rank; ++k) {  // no DDP: every rank trains on its own
+          opt.zero_grad();
+          const Data d = data.slice((k + ctx.rank) * 8, 8);
+          F::cross_entropy(net->forward(d.x), d.y).backward();
+          opt.step();
+        }
+        EXPECT_FALSE(same_on_every_rank(*comm, hash_tensors(snapshot(*net))));
+        const auto mine = snapshot(*net);
+        const auto my_momenta = momenta(opt);
+
+        TrainingState st;
+        st.step = 10 + static_cast<std::uint64_t>(ctx.rank);
+        st.epoch = static_cast<std::uint64_t>(ctx.rank);
+        st.sampler = {st.epoch, 8u * st.step, 42, 3, static_cast<std::uint64_t>(ctx.rank)};
+        if (ctx.rank == 1) st.scaler = torch::GradScalerState{256.0, 5};
+        st.extra_json = fmt::format(R"({{"rank": {}}})", ctx.rank);
+        const TrainingState got = share_state(*comm, 1, *net, opt, st);
+
+        EXPECT_EQ(got.step, 11u);
+        EXPECT_EQ(got.epoch, 1u);
+        EXPECT_EQ(got.sampler.position, 88u);
+        EXPECT_EQ(got.sampler.offset, 1u);
+        ASSERT_TRUE(got.scaler.has_value());
+        EXPECT_EQ(got.scaler->scale, 256.0);
+        EXPECT_EQ(got.scaler->growth_tracker, 5);
+        EXPECT_EQ(got.extra_json, R"({"rank": 1})");
+        EXPECT_TRUE(same_on_every_rank(*comm, hash_tensors(snapshot(*net))));
+        const auto moms = momenta(opt);
+        ASSERT_TRUE(moms[0].defined()) << "rank " << ctx.rank << " got no momentum";
+        EXPECT_TRUE(same_on_every_rank(*comm, hash_tensors(moms)));
+        if (ctx.rank == 1) {
+          EXPECT_EQ(max_diff(snapshot(*net), mine), 0.0);
+          EXPECT_EQ(max_diff(moms, my_momenta), 0.0);
+        }
+        // Training on from there keeps them equal: the state is all a step depends on.
+        opt.zero_grad();
+        const Data d = data.slice(40, 8);
+        F::cross_entropy(net->forward(d.x), d.y).backward();
+        opt.step();
+        EXPECT_TRUE(same_on_every_rank(*comm, hash_tensors(snapshot(*net))));
+      },
+      run_options()));
+}
+
+// A rank whose model differs from the root's fails, and so does every other rank (none is
+// left waiting for it); a root out of range is refused before any communication.
+TEST(ShareState, AModelThatDoesNotFitFailsOnEveryRank) {
+  testing::expect_all_ok(testing::run_ranks(
+      2,
+      [&](const testing::RankContext& ctx) {
+        auto comm = start_rank(ctx);
+        auto net = make_net(ctx.rank == 0 ? Net::mlp : Net::conv, 7);
+        auto opt = make_sgd(*net);
+        try {
+          share_state(*comm, 0, *net, opt, TrainingState{});
+          ADD_FAILURE() << "rank " << ctx.rank << ": a state that does not fit was taken";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+          EXPECT_TRUE(contains(e.message(), ctx.rank == 0 ? "rank 1 could not load"
+                                                          : "does not fit this rank's model"))
+              << e.what();
+        }
+        try {
+          share_state(*comm, 2, *net, opt, TrainingState{});
+          ADD_FAILURE() << "root 2 of 2 ranks was taken";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+        }
       },
       run_options()));
 }
