@@ -298,8 +298,30 @@ void train(const Config& config, const Setup& initial_setup,
     std::vector<int> lost;
     comm = comm->shrink_lost(std::nullopt, &lost);
     ranks_lost += lost.size();
+    // The survivors may stand at different steps: a collective that the lost rank finished
+    // can have failed on some of them. Those behind take the state of the lowest rank at the
+    // furthest step (share_state), so that every survivor redoes the same step.
+    tandem::data::SamplerState where = sampler.state();
+    std::string caught_up;
+    std::array<std::int64_t, 2> steps{static_cast<std::int64_t>(step),
+                                      -static_cast<std::int64_t>(step)};
+    comm->allreduce(tandem::BufferView::of(std::span<std::int64_t>(steps)), tandem::ReduceOp::max);
+    if (steps[0] != -steps[1]) {
+      std::int64_t root = static_cast<std::int64_t>(step) == steps[0] ? comm->rank() : comm->size();
+      comm->allreduce(tandem::BufferView::raw(&root, 1, tandem::DataType::i64),
+                      tandem::ReduceOp::min);
+      const auto got = tandem::torch::share_state(
+          *comm, static_cast<int>(root), *net, optimizer,
+          tandem::torch::TrainingState{step, at_epoch, where, scaler->state(), {}});
+      TANDEM_CHECK(got.epoch == at_epoch,
+                   "after losing ranks [{}], rank {} is in epoch {} and this rank in epoch {}",
+                   fmt::join(lost, ","), root, got.epoch, at_epoch);
+      where = got.sampler;
+      if (got.scaler) scaler->load_state(*got.scaler);
+      caught_up = fmt::format(" (they stood at steps {} to {}: all go on from rank {}'s state)",
+                              -steps[1], steps[0], root);
+    }
     setup = resolve_setup_after_loss(config, comm->size());
-    const tandem::data::SamplerState where = sampler.state();
     const tandem::data::DistributedSampler whole(train_set.size, setup.world_size, comm->rank(),
                                                  sampling);
     step_images = setup.per_rank_batch * setup.accumulation_steps;
@@ -341,11 +363,11 @@ void train(const Config& config, const Setup& initial_setup,
       progress->break_line();
       std::printf(
           "lost rank%s %s of %d: going on with %d ranks (rank %d is now %d) from step %llu, "
-          "global batch %llu, lr %.5f (%s); recovered in %.0f ms\n",
+          "global batch %llu, lr %.5f (%s)%s; recovered in %.0f ms\n",
           lost.size() == 1 ? "" : "s", fmt::format("{}", fmt::join(lost, ",")).c_str(), old_world,
           comm->size(), old_rank, comm->rank(), static_cast<unsigned long long>(step),
           static_cast<unsigned long long>(setup.step_batch), schedule.at(step),
-          setup.lr_rule.c_str(),
+          setup.lr_rule.c_str(), caught_up.c_str(),
           std::chrono::duration<double, std::milli>(Clock::now() - start).count());
       std::fflush(stdout);
     }
