@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """What a rank's death costs the main job: the survivors going on without it
-(training.on_rank_loss=continue, tandemrun --on-worker-loss continue) against the whole job
-restarted from its last checkpoint (tandemrun --max-restarts 1), for the same kill.
+(training.on_rank_loss=continue, tandemrun --on-worker-loss continue), the same with a
+replacement that joins them (--max-replacements 1), and the whole job restarted from its last
+checkpoint (tandemrun --max-restarts 1), for the same kill.
 
     python3 bench/failures/rank_loss.py [--ranks 4] [--kill-at 30] [--trials 3]
 
@@ -13,6 +14,8 @@ runs: a checkpoint every 10 steps). Every output line is stamped on arrival; pri
   kill->next_step  the victim's "killing this rank" line to the first progress line of a
                    step after it (continue: the survivors' redone step; restart: the first step
                    of the restarted, resumed round)
+  start->full      replace only: tandemrun's note that the replacement starts to the first
+                   progress line after rank 0's "gained rank" (the step back at full size)
   result           the job's result line
 
 and the medians per mode.
@@ -40,6 +43,9 @@ def run(mode, ranks, kill_at, tmp):
     if mode == "continue":
         launcher = ["--on-worker-loss", "continue"]
         extra = ["-o", "training.on_rank_loss=continue"]
+    elif mode == "replace":
+        launcher = ["--on-worker-loss", "continue", "--max-replacements", "1"]
+        extra = ["-o", "training.on_rank_loss=continue", "-o", "training.replacement_wait_s=60"]
     else:
         launcher = ["--max-restarts", "1"]
         extra = ["-o", f"checkpoint.dir={tmp}/ckpt-{time.monotonic_ns()}",
@@ -47,7 +53,7 @@ def run(mode, ranks, kill_at, tmp):
     cmd = [TANDEMRUN, "--nproc-per-node", str(ranks)] + launcher + [PROGRAM] + common + extra
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          env=dict(os.environ, OMP_NUM_THREADS="1"))
-    killed = next_step = None
+    killed = next_step = started = gained = full = None
     result = ""
     for line in p.stdout:
         now = time.monotonic()
@@ -55,13 +61,21 @@ def run(mode, ranks, kill_at, tmp):
             killed = now
         elif killed is not None and next_step is None and STEP_RE.match(line):
             next_step = now
+        if started is None and "a new worker starts to join them" in line:
+            started = now
+        if gained is None and "gained rank" in line:
+            gained = now
+        elif gained is not None and full is None and STEP_RE.match(line):
+            full = now
         if "result:" in line:
             result = line.strip()
     rc = p.wait()
     if rc != 0 or killed is None or next_step is None:
         sys.exit(f"{mode}: exit {rc}, kill seen {killed is not None}, next step seen "
                  f"{next_step is not None}: {' '.join(cmd)}")
-    return next_step - killed, result
+    if mode == "replace" and (started is None or full is None):
+        sys.exit(f"replace: the replacement's start or join not seen: {' '.join(cmd)}")
+    return next_step - killed, (full - started if mode == "replace" else None), result
 
 
 def main():
@@ -70,18 +84,25 @@ def main():
     ap.add_argument("--kill-at", type=int, default=30)
     ap.add_argument("--trials", type=int, default=3)
     args = ap.parse_args()
-    times = {"continue": [], "restart": []}
+    times = {"continue": [], "replace": [], "restart": []}
+    full = []
     with tempfile.TemporaryDirectory() as tmp:
         for t in range(args.trials):
-            for mode in ("continue", "restart"):
-                took, result = run(mode, args.ranks, args.kill_at, tmp)
+            for mode in times:
+                took, back, result = run(mode, args.ranks, args.kill_at, tmp)
                 times[mode].append(took)
-                print(f"trial {t} {mode}: kill->next_step {took * 1e3:.0f} ms | {result}",
-                      flush=True)
+                if back is not None:
+                    full.append(back)
+                print(f"trial {t} {mode}: kill->next_step {took * 1e3:.0f} ms"
+                      + (f", start->full {back * 1e3:.0f} ms" if back is not None else "")
+                      + f" | {result}", flush=True)
     for mode, v in times.items():
         print(f"row: mode={mode} ranks={args.ranks} trials={len(v)} "
               f"kill_to_next_step_ms={statistics.median(v) * 1e3:.0f} "
-              f"(min {min(v) * 1e3:.0f}, max {max(v) * 1e3:.0f})")
+              f"(min {min(v) * 1e3:.0f}, max {max(v) * 1e3:.0f})"
+              + (f" start_to_full_size_ms={statistics.median(full) * 1e3:.0f} "
+                 f"(min {min(full) * 1e3:.0f}, max {max(full) * 1e3:.0f})"
+                 if mode == "replace" else ""))
 
 
 if __name__ == "__main__":

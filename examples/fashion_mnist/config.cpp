@@ -236,6 +236,9 @@ const std::vector<Key>& keys() {
           "training.on_rank_loss", "one of stop, continue",
           std::array{OnRankLoss::stop, OnRankLoss::go_on},
           [](auto& c) -> auto& { return c.training.on_rank_loss; }),
+      real_key(
+          "training.replacement_wait_s", "a number of seconds, 0 or more, below 3600", 0.0, false,
+          3600.0, [](auto& c) -> auto& { return c.training.replacement_wait_s; }),
       bool_key(
           "ddp.enabled", [](auto& c) -> auto& { return c.ddp.enabled; }),
       real_key(

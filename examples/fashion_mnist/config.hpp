@@ -62,6 +62,9 @@ struct TrainingConfig {
   std::uint64_t max_steps = 0;  // 0: no limit
   std::uint64_t eval_batch_size = 500;
   OnRankLoss on_rank_loss = OnRankLoss::stop;
+  /// With on_rank_loss=continue: how long the survivors wait at their first step after a
+  /// loss for a replacement to join (tandemrun --max-replacements) before going on without.
+  double replacement_wait_s = 0;
 };
 
 struct DdpConfig {

@@ -12,12 +12,14 @@
 
 #include <tandem/communicator.hpp>
 #include <tandem/error.hpp>
+#include <tandem/settings.hpp>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -92,11 +94,23 @@ int main(int argc, char** argv) {
 
   int rank = -1;
   try {
-    auto comm = tandem::Communicator::from_env();
+    std::shared_ptr<tandem::Communicator> comm;
+    try {
+      comm = tandem::Communicator::from_env();
+    } catch (const tandem::Error& e) {
+      // A replacement (TANDEM_JOIN=1) that the job ended before admitting has nothing to do.
+      if (e.code() != tandem::ErrorCode::Aborted || !tandem::settings::get_bool("TANDEM_JOIN"))
+        throw;
+      std::printf("fashion_mnist: the job ended before this replacement joined it (%s)\n",
+                  e.message().c_str());
+      return 0;
+    }
     rank = comm->rank();
     fashion_mnist::Setup setup;
     try {
-      setup = fashion_mnist::resolve_setup(config, comm->size());
+      // A replacement joins a world that may have changed its batch as the survivors did.
+      setup = comm->joined() ? fashion_mnist::resolve_setup_after_loss(config, comm->size())
+                             : fashion_mnist::resolve_setup(config, comm->size());
     } catch (const tandem::Error& e) {
       std::fprintf(stderr, "fashion_mnist: error: %s\n", e.message().c_str());
       return 2;

@@ -68,7 +68,9 @@ std::string format_result_line(const RunResult& r) {
       "ms_per_step={:.2f} images_per_s={:.1f}{}",
       r.world_size, r.epochs, r.steps, r.global_batch, r.test_accuracy, r.ms_per_step,
       r.images_per_s,
-      r.ranks_lost == 0 ? std::string() : fmt::format(" ranks_lost={}", r.ranks_lost));
+      r.ranks_lost == 0 && r.ranks_gained == 0
+          ? std::string()
+          : fmt::format(" ranks_lost={} ranks_gained={}", r.ranks_lost, r.ranks_gained));
 }
 
 }  // namespace fashion_mnist

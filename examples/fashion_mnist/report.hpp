@@ -52,6 +52,7 @@ struct RunResult {
   double images_per_s = 0;
   /// Ranks lost on the way, the run going on without them (training.on_rank_loss=continue).
   std::uint64_t ranks_lost = 0;
+  std::uint64_t ranks_gained = 0;  ///< replacements admitted (tandemrun --max-replacements)
 };
 
 /// "result: world_size=W epochs=E steps=S global_batch=G test_accuracy=A ms_per_step=M

@@ -185,10 +185,43 @@ void train(const Config& config, const Setup& initial_setup,
   EpochSums sums{0, 0, 0};
   std::optional<std::uint64_t> resumed_at;
   std::string reshaped;  // how the world changed since the checkpoint, if it did
+
+  // After the world changed under training.on_rank_loss=continue (a rank lost, or one that
+  // joined): the batch and learning rate for the new world as a resumed elastic run resolves
+  // them, and the rest of epoch `at_epoch` re-sharded from the sampler state `where`.
+  const auto reshard = [&](const tandem::data::SamplerState& where, std::uint64_t at_epoch) {
+    setup = resolve_setup_after_loss(config, comm->size());
+    const tandem::data::DistributedSampler whole(train_set.size, setup.world_size, comm->rank(),
+                                                 sampling);
+    step_images = setup.per_rank_batch * setup.accumulation_steps;
+    steps_per_epoch = whole.num_samples() / step_images;
+    TANDEM_CHECK_ARG(steps_per_epoch > 0,
+                     "with {} ranks, each gets {} training images per epoch, fewer than one "
+                     "optimizer step takes",
+                     setup.world_size, whole.num_samples());
+    sampler = whole;
+    sampler.load_state(where);
+    sampler.set_epoch(at_epoch);
+    total_steps = t.epochs * steps_per_epoch;
+    last_step = t.max_steps != 0 ? std::min(t.max_steps, total_steps) : total_steps;
+    schedule = LrSchedule{setup.lr, t.warmup_steps, total_steps, t.lr_decay};
+    step = at_epoch * steps_per_epoch +
+           sampler.consumed() / (step_images * static_cast<std::uint64_t>(setup.world_size));
+  };
+
   if (!config.checkpoint.dir.empty()) {
     checkpointer.emplace(
         comm, config.checkpoint.dir,
         tandem::torch::CheckpointOptions{.keep_last = config.checkpoint.keep_last});
+  }
+  if (comm->joined()) {
+    // A replacement (tandemrun --max-replacements): the model, optimizer and position come
+    // from rank 0 over the communicator, as the ranks that admitted it send them (admit).
+    const auto got = tandem::torch::share_state(*comm, 0, *net, optimizer, {});
+    epoch = got.epoch;
+    reshard(got.sampler, epoch);
+    if (got.scaler) scaler->load_state(*got.scaler);
+  } else if (checkpointer) {
     if (config.checkpoint.resume) {
       if (auto state = checkpointer->load_latest(*net, optimizer)) {
         const auto record = nlohmann::json::parse(state->extra_json);
@@ -271,7 +304,7 @@ void train(const Config& config, const Setup& initial_setup,
   // Where each step's time goes (printed at the end, and every breakdown_every steps).
   std::optional<tandem::ddp::StepProfiler> profiler;
   profiler.emplace(ddp ? &ddp->reducer() : nullptr);
-  const std::uint64_t breakdown_every = breakdown_period(config, *comm);
+  std::uint64_t breakdown_every = breakdown_period(config, *comm);
   const bool slow_rank = config.fault.slow_rank_ms > 0 &&
                          config.fault.slow_rank == static_cast<std::uint64_t>(comm->rank());
   double ema_step_s = 0;
@@ -281,12 +314,40 @@ void train(const Config& config, const Setup& initial_setup,
   std::uint64_t saved_at = resumed_at.value_or(~std::uint64_t{0});
   const auto micro_options = torch::nn::functional::CrossEntropyFuncOptions();
 
+  // What holds the communicator, rebuilt after it changed (the scaler, the checkpointer, DDP,
+  // the profiler), and who reports: the world's rank 0. Collective as DDP's construction is.
+  const auto rebuild = [&](std::uint64_t at_epoch) {
+    const auto scaler_state = scaler->state();
+    scaler = std::make_unique<tandem::torch::GradScaler>(
+        comm, tandem::torch::GradScalerOptions{.enabled = t.grad_scaler});
+    scaler->load_state(scaler_state);
+    if (checkpointer) {
+      checkpointer.emplace(
+          comm, config.checkpoint.dir,
+          tandem::torch::CheckpointOptions{.keep_last = config.checkpoint.keep_last});
+    }
+    profiler.reset();
+    if (ddp) {
+      ddp.reset();  // its hooks leave the parameters before the new one's arrive
+      ddp = std::make_unique<tandem::torch::DistributedDataParallel>(net, comm, ddp_options);
+    }
+    profiler.emplace(ddp ? &ddp->reducer() : nullptr);
+    const bool was_lead = lead;
+    lead = comm->rank() == 0;
+    if (lead && !was_lead) {  // rank 0 was lost: this rank reports from now on
+      progress.emplace(config.log.progress, config.log.every_steps);
+      if (!config.log.metrics.empty()) metrics.emplace(config.log.metrics, at_epoch);
+    }
+  };
+
   // training.on_rank_loss=continue: after a PeerLost, the survivors make a communicator
-  // without the ranks it names, resolve the batch and learning rate for the new world as a
-  // resumed elastic run does, re-shard the rest of the epoch, and rebuild what holds the
-  // communicator (DDP, the scaler, the checkpointer, the profiler). False: not this policy, or
-  // not a lost rank (the caller rethrows).
+  // without the ranks it names and go on at the new world size (reshard, rebuild). False: not
+  // this policy, or not a lost rank (the caller rethrows).
   std::uint64_t ranks_lost = 0;
+  std::uint64_t ranks_gained = 0;
+  const int started_with = comm->size();
+  // The first grow() after a loss waits this long for a replacement (in milliseconds).
+  std::chrono::milliseconds replacement_wait{0};
   const auto go_on_without = [&](const tandem::Error& e, std::uint64_t at_epoch) {
     if (t.on_rank_loss != OnRankLoss::go_on || e.code() != ErrorCode::PeerLost) return false;
     if (comm->lost_ranks().empty()) return false;
@@ -321,44 +382,10 @@ void train(const Config& config, const Setup& initial_setup,
       caught_up = fmt::format(" (they stood at steps {} to {}: all go on from rank {}'s state)",
                               -steps[1], steps[0], root);
     }
-    setup = resolve_setup_after_loss(config, comm->size());
-    const tandem::data::DistributedSampler whole(train_set.size, setup.world_size, comm->rank(),
-                                                 sampling);
-    step_images = setup.per_rank_batch * setup.accumulation_steps;
-    steps_per_epoch = whole.num_samples() / step_images;
-    TANDEM_CHECK_ARG(steps_per_epoch > 0,
-                     "after losing ranks [{}], each of the {} ranks left gets {} training images "
-                     "per epoch, fewer than one optimizer step takes",
-                     fmt::join(lost, ","), setup.world_size, whole.num_samples());
-    sampler = whole;
-    sampler.load_state(where);
-    sampler.set_epoch(at_epoch);
-    total_steps = t.epochs * steps_per_epoch;
-    last_step = t.max_steps != 0 ? std::min(t.max_steps, total_steps) : total_steps;
-    schedule = LrSchedule{setup.lr, t.warmup_steps, total_steps, t.lr_decay};
-    step = at_epoch * steps_per_epoch +
-           sampler.consumed() / (step_images * static_cast<std::uint64_t>(setup.world_size));
-    const auto scaler_state = scaler->state();
-    scaler = std::make_unique<tandem::torch::GradScaler>(
-        comm, tandem::torch::GradScalerOptions{.enabled = t.grad_scaler});
-    scaler->load_state(scaler_state);
-    if (checkpointer) {
-      checkpointer.emplace(
-          comm, config.checkpoint.dir,
-          tandem::torch::CheckpointOptions{.keep_last = config.checkpoint.keep_last});
-    }
-    profiler.reset();
-    if (ddp) {
-      ddp.reset();  // its hooks leave the parameters before the new one's arrive
-      ddp = std::make_unique<tandem::torch::DistributedDataParallel>(net, comm, ddp_options);
-    }
-    profiler.emplace(ddp ? &ddp->reducer() : nullptr);
-    const bool was_lead = lead;
-    lead = comm->rank() == 0;
-    if (lead && !was_lead) {  // rank 0 was lost: this rank reports from now on
-      progress.emplace(config.log.progress, config.log.every_steps);
-      if (!config.log.metrics.empty()) metrics.emplace(config.log.metrics, at_epoch);
-    }
+    reshard(where, at_epoch);
+    rebuild(at_epoch);
+    replacement_wait =
+        std::chrono::milliseconds(static_cast<std::int64_t>(t.replacement_wait_s * 1000.0));
     if (lead) {
       progress->break_line();
       std::printf(
@@ -374,6 +401,42 @@ void train(const Config& config, const Setup& initial_setup,
     return true;
   };
 
+  // Under training.on_rank_loss=continue, while fewer ranks train than started: the
+  // processes waiting to join (tandemrun --max-replacements) are admitted at a step boundary,
+  // take rank 0's state, and every rank goes on at the new world size from the same step.
+  // grow_now() is the check (nullptr: nobody joins), admit() the rest.
+  const auto grow_now = [&]() -> std::shared_ptr<tandem::Communicator> {
+    if (t.on_rank_loss != OnRankLoss::go_on || comm->size() >= started_with) return nullptr;
+    const auto wait = std::exchange(replacement_wait, std::chrono::milliseconds(0));
+    return comm->grow(started_with - comm->size(), wait);
+  };
+  const auto admit = [&](std::shared_ptr<tandem::Communicator> grown, std::uint64_t at_epoch) {
+    const auto start = Clock::now();
+    const int old_world = comm->size();
+    comm = grown;
+    ranks_gained += static_cast<std::uint64_t>(comm->size() - old_world);
+    const auto got = tandem::torch::share_state(
+        *comm, 0, *net, optimizer,
+        tandem::torch::TrainingState{step, at_epoch, sampler.state(), scaler->state(), {}});
+    reshard(got.sampler, at_epoch);
+    rebuild(at_epoch);
+    breakdown_every = breakdown_period(config, *comm);  // as the newcomers' start does
+    if (lead) {
+      progress->break_line();
+      const int added = comm->size() - old_world;
+      const std::string who = added == 1 ? fmt::format("rank {}", old_world)
+                                         : fmt::format("ranks {}-{}", old_world, comm->size() - 1);
+      std::printf(
+          "gained %s (a replacement): going on with %d ranks from step %llu, global batch "
+          "%llu, lr %.5f (%s); admitted in %.0f ms\n",
+          who.c_str(), comm->size(), static_cast<unsigned long long>(step),
+          static_cast<unsigned long long>(setup.step_batch), schedule.at(step),
+          setup.lr_rule.c_str(),
+          std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+      std::fflush(stdout);
+    }
+  };
+
   for (; epoch < t.epochs && step < last_step; ++epoch) {
     sampler.set_epoch(epoch);  // keeps a resumed position within the same epoch
     tandem::data::LoaderOptions loading;
@@ -384,10 +447,16 @@ void train(const Config& config, const Setup& initial_setup,
                    loading);
     // Fewer in an epoch resumed at another world size (the rest of it, re-sharded).
     const std::uint64_t epoch_steps = sampler.num_samples() / step_images;
-    bool shrunk = false;
+    bool regrouped = false;  // the world shrank or grew: go on at its new size
     try {
       for (std::uint64_t s = sampler.position() / step_images; s < epoch_steps; ++s) {
         if (step >= last_step) break;
+        if (auto grown = grow_now()) {
+          loader.reset();  // its threads read the old sampler's order
+          admit(std::move(grown), epoch);
+          regrouped = true;
+          break;
+        }
         const auto start = Clock::now();
         profiler->begin_step();
         lr = schedule.at(step);
@@ -473,9 +542,9 @@ void train(const Config& config, const Setup& initial_setup,
     } catch (const tandem::Error& e) {
       loader.reset();  // its threads read the old sampler's order
       if (!go_on_without(e, epoch)) throw;
-      shrunk = true;
+      regrouped = true;
     }
-    if (shrunk) {  // the rest of this epoch, re-sharded, from the step that failed
+    if (regrouped) {  // the rest of this epoch, re-sharded, from the step that failed or grew
       --epoch;
       continue;
     }
@@ -528,6 +597,8 @@ void train(const Config& config, const Setup& initial_setup,
   const double ms = tandem::torch::all_average(*comm, timer.mean_ms());
   const auto [param_sum, param_sq] = parameter_digest(*net);
   const auto breakdown = profiler->report(*comm);  // collective
+  // A replacement still waiting to join would wait in vain: tell it the job is ending.
+  if (lead && t.on_rank_loss == OnRankLoss::go_on) comm->stop_admitting();
   if (!lead) return;
   progress->break_line();
   std::printf("%s\n", breakdown.text().c_str());
@@ -539,7 +610,8 @@ void train(const Config& config, const Setup& initial_setup,
       .test_accuracy = last_eval.accuracy,
       .ms_per_step = ms,
       .images_per_s = ms > 0 ? 1e3 * static_cast<double>(setup.step_batch) / ms : 0,
-      .ranks_lost = ranks_lost};
+      .ranks_lost = ranks_lost,
+      .ranks_gained = ranks_gained};
   if (metrics) {
     metrics->write({.kind = "final",
                     .epoch = result.epochs,

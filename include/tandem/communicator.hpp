@@ -23,6 +23,7 @@
 #include <tandem/work.hpp>
 
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -215,12 +216,14 @@ class Communicator {
   std::shared_ptr<Communicator> shrink(std::span<const int> exclude);
   /// The ranks the survivors of a PeerLost agree to leave out, for survivors that may not all
   /// have heard of every death (two ranks lost at once): each publishes lost_ranks() through
-  /// the store, and the first to have every rank accounted for - it published its own view
-  /// (alive) or some view names it (lost) - decides for all (a compare-and-set): the ranks
-  /// named lost, and those that neither published nor were named by the time `wait` ran out
-  /// (the communicator's timeout when empty). A collective of the survivors; the n-th call of
-  /// each meets the n-th of the others. Throws Error(PeerLost) on a rank the others left out
-  /// (it asked after they decided). What shrink() or torch's shrink_group then take.
+  /// the store, and the first to have every rank accounted for decides for all (a
+  /// compare-and-set). A rank is accounted for when it published its own view (alive), or
+  /// when some view names it or its connection to this rank closed without a goodbye (lost). The
+  /// decision: the ranks found lost, and those that neither published nor were found lost by the
+  /// time `wait` ran out (the communicator's timeout when empty). A collective of the survivors;
+  /// the n-th call of each meets the n-th of the others. Throws Error(PeerLost) on a rank the
+  /// others left out (it asked after they decided). What shrink() or torch's shrink_group then
+  /// take.
   std::vector<int> agree_lost(std::optional<std::chrono::milliseconds> wait = std::nullopt);
   /// shrink(agree_lost(wait)); `left_out`, when given, receives the ranks left out. A rank
   /// that died after it published makes the shrunk communicator's setup fail with PeerLost:
@@ -228,6 +231,38 @@ class Communicator {
   std::shared_ptr<Communicator> shrink_lost(
       std::optional<std::chrono::milliseconds> wait = std::nullopt,
       std::vector<int>* left_out = nullptr);
+  /// Admits the processes waiting in join() on this group (at most `max_joiners`), as a new
+  /// communicator of this one's ranks, numbered as they are, followed by the newcomers in the
+  /// order they asked; nullptr, after no store wait, when nobody is waiting. A collective of
+  /// this communicator: every rank calls it at the same point, which makes it the step
+  /// boundary where newcomers arrive (a training loop can call it every step: when nobody
+  /// waits it costs rank 0 one store request and the others a small broadcast). Like shrink(),
+  /// this communicator stays as it was, and the new one ends with a barrier, so that a
+  /// newcomer lost during its setup fails it on every rank with PeerLost. Admits only into
+  /// the world communicator (create(), from_env()) and those shrunk or grown from it: a split
+  /// one throws InvalidArgument. `wait`: how long rank 0 waits for a first newcomer when
+  /// nobody is waiting yet (zero: not at all); the others wait for rank 0's answer within the
+  /// communicator's timeout, so `wait` must be shorter (InvalidArgument otherwise).
+  std::shared_ptr<Communicator> grow(
+      int max_joiners = std::numeric_limits<int>::max(),
+      std::chrono::milliseconds wait = std::chrono::milliseconds::zero());
+  /// Tells the processes waiting in join() on this group, and those that ask later, that it
+  /// admits nobody any more (its job is ending): their join() throws Error(Aborted) saying
+  /// so. Any one rank may call it; a store request.
+  void stop_admitting();
+  /// Joins a running group as a new rank: asks through `store` (the group's, with its
+  /// options.store_prefix, default "tandem/r<restart>/world") and waits, until
+  /// options.timeout (TANDEM_TIMEOUT), for the group's ranks to admit it in grow(); returns
+  /// the communicator that grow() makes on them. What a replacement for a lost rank calls
+  /// (from_env() does with TANDEM_JOIN=1); it then usually takes the model from a peer
+  /// (tandem::torch::share_state). Throws Error(Timeout), and stops asking, when nobody
+  /// admitted it in time, and Error(Aborted) when the group stopped admitting
+  /// (stop_admitting()). A process that dies while it waits is skipped.
+  static std::shared_ptr<Communicator> join(std::shared_ptr<store::Store> store,
+                                            CommOptions options = {});
+  /// True for the communicator join() returned: this process arrived in a running group.
+  bool joined() const noexcept;
+
   /// After this communicator failed with PeerLost: the ranks its error names as lost (as
   /// "rank N (host H, pid P)"), in the order named, each once: what the survivors pass to
   /// shrink(). Empty while it is healthy or when it failed for another reason.

@@ -2,6 +2,7 @@
 // the executor (executor.cpp) blocking or asynchronously.
 
 #include "comm/choice/policy.hpp"
+#include "comm/diag/lost.hpp"
 #include "comm/diag/validate.hpp"
 #include "comm/impl.hpp"
 #include "core/coarse_clock.hpp"
@@ -311,21 +312,7 @@ std::vector<int> Communicator::lost_ranks() const {
     if (f.code != ErrorCode::PeerLost) return {};
     message = f.message;
   }
-  // The transport names a peer "rank N (host H, pid P)" (transport::MeshImpl::who).
-  std::vector<int> lost;
-  constexpr std::string_view kRank = "rank ";
-  for (std::size_t at = message.find(kRank); at != std::string::npos;
-       at = message.find(kRank, at + 1)) {
-    std::size_t i = at + kRank.size();
-    int r = 0;
-    const std::size_t digits = i;
-    while (i < message.size() && message[i] >= '0' && message[i] <= '9')
-      r = r * 10 + (message[i++] - '0');
-    if (i == digits || message.compare(i, 7, " (host ") != 0) continue;
-    if (r < impl_->id.size && std::find(lost.begin(), lost.end(), r) == lost.end())
-      lost.push_back(r);
-  }
-  return lost;
+  return comm::ranks_named_lost(message, impl_->id.size);
 }
 
 std::exception_ptr Communicator::error() const {

@@ -44,6 +44,13 @@ struct Rendezvous {
   std::uint64_t split_count = 0;
   std::uint64_t shrink_count = 0;
   std::uint64_t agree_count = 0;  ///< agree_lost() calls
+  std::uint64_t grow_count = 0;
+  /// Where processes ask to join this group (join(), grow()): the world's prefix, inherited by
+  /// the communicators shrunk or grown from it; empty for split ones, which admit nobody.
+  std::string join_point;
+  /// The first join ticket not yet answered: the same on every rank (grow() tells them all).
+  std::int64_t join_next = 1;
+  bool joined = false;  ///< join() made it
 };
 
 /// What the settings and options chose (setup/), read by the executor.

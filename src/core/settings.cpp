@@ -40,6 +40,10 @@ constexpr std::array kSettings{
     Setting{"TANDEM_GPU_TRANSPORT", choice, "auto",
             "CUDA collectives: auto (NCCL with one rank per GPU; CUDA IPC where ranks share a "
             "GPU or the build has no NCCL), nccl or cuda_ipc."},
+    Setting{"TANDEM_JOIN", boolean, "0",
+            "Set by tandemrun for a replacement worker: Communicator::from_env() joins the "
+            "running group (Communicator::join) instead of starting one; RANK and WORLD_SIZE "
+            "are then ignored, the group gives the rank."},
     Setting{"TANDEM_PYTHON", string, "",
             "tandemrun: the interpreter of a .py PROGRAM or -m MODULE (empty: python3 from "
             "PATH)."},

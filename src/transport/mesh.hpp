@@ -157,6 +157,11 @@ class Mesh {
   /// it then is). For work that runs outside the mesh (a device backend) while the peers'
   /// liveness is watched here; a poll of the control connections, a few microseconds.
   virtual void check_alive() = 0;
+  /// Without waiting, and also once the mesh is poisoned: the peers whose control connection
+  /// closed without a goodbye (they died), as far as this rank can tell now. What the
+  /// survivors of a failure add to the ranks their error named (Communicator::agree_lost()).
+  /// Call it from the thread that runs the mesh's operations, or while none runs.
+  virtual std::vector<int> dead_peers() noexcept { return {}; }
 
   /// Poisons the mesh with `error`, tells every peer (an abort frame carrying the message),
   /// and drops every pending request. Idempotent; never throws. May be called from another

@@ -20,6 +20,14 @@ void MeshImpl::read_controls() noexcept {
   for (Control& c : controls_) c.read_available();
 }
 
+std::vector<int> MeshImpl::dead_peers() noexcept {
+  read_controls();
+  std::vector<int> out;
+  for (std::size_t p = 0; p < controls_.size(); ++p)
+    if (controls_[p].state() == Control::State::lost) out.push_back(static_cast<int>(p));
+  return out;
+}
+
 // Throws for a peer that died or aborted (the state stays, so every later wait that needs
 // to block throws too). What it sent before is still delivered: a wait that can finish
 // with the data at hand finishes. A death seen directly is reported before an abort that

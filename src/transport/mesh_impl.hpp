@@ -105,6 +105,7 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
   void transfer(std::span<Request* const> rs, Deadline deadline) override;
   int probe(std::uint32_t tag, int from) override;
   void check_alive() override;
+  std::vector<int> dead_peers() noexcept override;
   void abort(const Error& error) noexcept override;
   std::exception_ptr error() const noexcept override;
   void close() noexcept override;

@@ -330,7 +330,40 @@ TEST(ExampleEndToEnd, SurvivorsOfAKilledRankGoOnWithoutIt) {
   EXPECT_NE(r.result_line.find("result: world_size=2 epochs=2 steps=20 global_batch=96 "),
             std::string::npos)
       << describe(r);
-  EXPECT_NE(r.result_line.find(" ranks_lost=1"), std::string::npos) << describe(r);
+  EXPECT_NE(r.result_line.find(" ranks_lost=1 ranks_gained=0"), std::string::npos) << describe(r);
+  EXPECT_GT(r.accuracy, 50.0) << describe(r);
+}
+
+// The same loss with --max-replacements 1: tandemrun starts a new worker, which joins the
+// two survivors at their next step (they wait up to 60 s for it), takes the model from rank 0,
+// and the run ends on 3 ranks.
+TEST(ExampleEndToEnd, AReplacementJoinsTheSurvivorsAndTheRunEndsAtFullSize) {
+  REQUIRE_DATA();
+  const ExampleRun r = run_example(
+      3,
+      small_args({"-o", "training.batch_size=96", "-o", "training.epochs=2", "-o",
+                  "training.on_rank_loss=continue", "-o", "training.replacement_wait_s=60", "-o",
+                  "fault.kill_rank=1", "-o", "fault.kill_at_step=5"}),
+      {"--on-worker-loss", "continue", "--max-replacements", "1"});
+  ASSERT_EQ(r.process.exit_code, 0) << describe(r);
+  const std::string& out = r.process.out;
+  const std::string& err = r.process.err;
+  static const std::regex replaced_re(
+      R"(tandemrun: rank 1 \(pid \d+\) was killed by SIGKILL \(9[^)]*\): the other 2 )"
+      R"(worker\(s\) go on without it; a new worker starts to join them in its place )"
+      R"(\(--on-worker-loss continue, replacement 1 of 1\))");
+  EXPECT_TRUE(std::regex_search(err, replaced_re)) << describe(r);
+  EXPECT_NE(out.find("[rank 0]: lost rank 1 of 3: going on with 2 ranks"), std::string::npos)
+      << describe(r);
+  static const std::regex gained_re(
+      R"(\[rank 0\]: gained rank 2 \(a replacement\): going on with 3 ranks from step 5, )"
+      R"(global batch 96, lr [0-9.]+ \(linear: 0.05 x 96/128\); admitted in \d+ ms)");
+  EXPECT_TRUE(std::regex_search(out, gained_re)) << describe(r);
+  // Epoch 1: 5 steps on 3 ranks, 5 on 3 again; epoch 2: 10 on 3.
+  EXPECT_NE(r.result_line.find("result: world_size=3 epochs=2 steps=20 global_batch=96 "),
+            std::string::npos)
+      << describe(r);
+  EXPECT_NE(r.result_line.find(" ranks_lost=1 ranks_gained=1"), std::string::npos) << describe(r);
   EXPECT_GT(r.accuracy, 50.0) << describe(r);
 }
 

@@ -199,3 +199,16 @@ def test_survivors_of_two_ranks_lost_together_agree_on_both():
         assert rep["members"] == [0, 3], rep
         assert rep["group_size"] == 2 and rep["group_rank"] == (0 if r == 0 else 1), rep
         assert len(rep["losses"]) == 8, rep
+
+
+def test_lost_ranks_are_the_dead_ones_not_those_that_relayed_the_loss():
+    # A survivor that heard of rank 2's death from ranks 1 and 0 names them after
+    # "reported by": they are alive, and lost_ranks() leaves them out.
+    message = ("rank 2 (host vm, pid 9379) died or closed its connection. Also lost: rank 5 "
+               "(host b, pid 3) (reported by rank 1 (host vm, pid 9378), which lost it first) "
+               "(reported by rank 0 (host vm, pid 9376), which lost it first)")
+    p = subprocess.run([sys.executable, "-c",
+                        "import sys, tandem.torch as t; print(t.lost_ranks(sys.argv[1]))",
+                        message], env=worker_env({}), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[2, 5]", p.stdout

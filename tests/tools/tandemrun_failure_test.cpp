@@ -140,6 +140,52 @@ TEST(TandemrunFailure, WithOnWorkerLossContinueALostWorkerLeavesTheOthersRunning
       << r.err;
 }
 
+// --max-replacements 1: rank 0 is SIGKILLed and tandemrun starts a new worker in its place,
+// with TANDEM_JOIN=1 (its program joins the running group) and the slot's RANK; when the
+// replacement is killed too, no third one starts (one replacement in all), and the run
+// succeeds once rank 1 exits 0.
+TEST(TandemrunFailure, MaxReplacementsStartsANewWorkerInTheLostOnesPlace) {
+  TempDir dir;
+  const std::string go = dir.fifo("go");
+  const std::string done = dir.fifo("done");
+  const std::string script = fmt::format(
+      "if [ -n \"$TANDEM_JOIN\" ]; then echo replacement join=$TANDEM_JOIN rank=$RANK; "
+      "kill -KILL $$; fi; echo ready $$; if [ $RANK = 0 ]; then read x < {}; kill -KILL $$; "
+      "fi; read x < {}; echo rank $RANK went on; exit 0",
+      go, done);
+  Subprocess p({tandemrun_path(), "--nproc-per-node", "2", "--on-worker-loss", "continue",
+                "--max-replacements", "1", "/bin/sh", "-c", script});
+  ASSERT_TRUE(all_ready(p, 2)) << p.err();
+  { FifoRelease release(go); }
+  // The replacement ran, and was lost in turn without a second one starting.
+  ASSERT_TRUE(p.wait_for(
+      [](const std::string&, const std::string& err) {
+        return err.find("go on without it (--on-worker-loss continue)") != std::string::npos;
+      },
+      kExit))
+      << p.err();
+  FifoRelease release(done);
+  const auto r = p.wait(kExit);
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("[new 0]: replacement join=1 rank=0"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("a new worker starts to join them in its place (--on-worker-loss "
+                       "continue, replacement 1 of 1)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("1 replacement(s) started in their place"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("rank 1 went on"), std::string::npos) << r.out;
+}
+
+// --max-replacements replaces workers the others go on without: alone, it is a usage error.
+TEST(TandemrunFailure, MaxReplacementsWithoutContinueIsAUsageError) {
+  Subprocess p({tandemrun_path(), "--nproc-per-node", "2", "--max-replacements", "1", "/bin/true"});
+  const auto r = p.wait(kExit);
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("add --on-worker-loss continue"), std::string::npos) << r.err;
+}
+
 // --on-worker-loss continue tolerates deaths by a signal only: a worker that exits with an
 // error still stops the others, and the run fails with its code.
 TEST(TandemrunFailure, WithOnWorkerLossContinueAnErrorExitStillStopsAll) {

@@ -194,7 +194,7 @@ struct Raw {
   std::string nproc, nnodes = "1", master_port, run_id, rdzv_endpoint, rdzv_backend = "static";
   std::string rdzv_conf;
   std::string redirects, tee, gpus, selected_gpus, ips, start_port, ranks_filter, cpu_bind = "none";
-  int node_rank = -1, max_restarts = 0;
+  int node_rank = -1, max_restarts = 0, max_replacements = 0;
   std::string on_worker_loss = "restart";
   double grace_s = 10, rdzv_timeout_s = 900, monitor_s = 1;
   bool standalone = false, no_python = false, module = false, use_env = false;
@@ -352,6 +352,12 @@ void add_supervision_options(CLI::App& app, Raw& raw) {
                  "running, to go on without it")
       ->group(sup)
       ->check(CLI::IsMember({"restart", "continue"}))
+      ->capture_default_str();
+  app.add_option("--max-replacements,--max_replacements", raw.max_replacements,
+                 "With --on-worker-loss continue: lost workers (in all, on this node) replaced "
+                 "by a new process that joins the running group (TANDEM_JOIN=1) and takes its "
+                 "state from a peer")
+      ->group(sup)
       ->capture_default_str();
   app.add_option("--monitor-interval,--monitor_interval", raw.monitor_s,
                  "Seconds between heartbeats of the nodes' tandemruns (a node silent for "
@@ -552,6 +558,13 @@ void finish_supervision(const Raw& raw, LaunchOptions& o) {
     throw UsageError(fmt::format("--max-restarts {}: use 0 or more", raw.max_restarts));
   o.max_restarts = raw.max_restarts;
   o.continue_on_worker_loss = raw.on_worker_loss == "continue";
+  if (raw.max_replacements < 0 || raw.max_replacements > 1000000)
+    throw UsageError(fmt::format("--max-replacements {}: use 0 or more", raw.max_replacements));
+  if (raw.max_replacements > 0 && !o.continue_on_worker_loss)
+    throw UsageError(
+        "--max-replacements replaces a worker lost while the others go on: add --on-worker-loss "
+        "continue (with the default, restart, a lost worker restarts them all: --max-restarts)");
+  o.max_replacements = raw.max_replacements;
 }
 
 // Where the workers' output goes.

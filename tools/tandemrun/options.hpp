@@ -56,6 +56,9 @@ struct LaunchOptions {
   /// may go on without it, as fashion_mnist's training.on_rank_loss=continue does); the round
   /// succeeds when every other worker exits 0. restart (default): it stops them all.
   bool continue_on_worker_loss = false;
+  /// --max-replacements: with continue, how many lost workers (in all) this node replaces
+  /// by a new process that joins the running group (TANDEM_JOIN=1, Communicator::join).
+  int max_replacements = 0;
   std::chrono::milliseconds monitor_interval{std::chrono::seconds(1)};
   std::chrono::milliseconds grace_period{std::chrono::seconds(10)};
 

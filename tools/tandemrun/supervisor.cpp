@@ -115,61 +115,73 @@ RoundResult Supervisor::run() {
 void Supervisor::start_workers() {
   const NodeSlot& me = assignment_.self();
   workers_.reserve(static_cast<std::size_t>(me.nproc));
-  tools_api::Binding binding;
   if (options_.cpu_bind != tools_api::CpuBind::none) {
-    binding = tools_api::bind_local_ranks(tools_api::discover(), options_.cpu_bind, me.nproc);
-    if (!binding.warning.empty()) TANDEM_WARN(run, "tandemrun: {}", binding.warning);
+    binding_ = tools_api::bind_local_ranks(tools_api::discover(), options_.cpu_bind, me.nproc);
+    if (!binding_.warning.empty()) TANDEM_WARN(run, "tandemrun: {}", binding_.warning);
   }
   for (int local = 0; local < me.nproc; ++local) {
-    auto w = std::make_unique<Worker>();
-    w->local_rank = local;
-    w->rank = me.first_rank + local;
-    const std::string log = session_.log_path(w->rank, local);
-    if (!log.empty()) {
-      // A restarted worker's lines follow those of its earlier runs.
-      const int mode = assignment_.round == 0 ? O_TRUNC : O_APPEND;
-      w->log_fd.reset(::open(log.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | mode, 0644));
-      if (!w->log_fd)
-        TANDEM_THROW(ErrorCode::Io, "cannot create log file {}: {}", log,
-                     std::system_category().message(errno));
-      if (assignment_.round > 0)
-        write_all(w->log_fd.get(), fmt::format("--- restart {} ---\n", assignment_.round));
-    }
-    const int mask = options_.redirects.for_rank(local);
-    const bool console = options_.on_console(local);
-    const std::string prefix = fmt::format("[rank {}]: ", w->rank);
-    w->out = std::make_unique<LineStream>(prefix, (mask & 1) || !console ? -1 : 1, w->log_fd.get(),
-                                          &w->tail);
-    w->err = std::make_unique<LineStream>(prefix, (mask & 2) || !console ? -1 : 2, w->log_fd.get(),
-                                          &w->tail);
-
-    const auto cpus =
-        binding.cpus.empty() ? tools_api::CpuList{} : binding.cpus[static_cast<std::size_t>(local)];
-    auto command = options_.command;
-    if (options_.pass_local_rank) command.push_back(fmt::format("--local_rank={}", local));
-    SpawnedWorker s =
-        spawn_worker(program_path_, command, session_.worker_env(assignment_, local), cpus);
-    w->pid = s.pid;
-    w->out_fd = std::move(s.out);
-    w->err_fd = std::move(s.err);
-    w->running = true;
-    ++running_;
-    TANDEM_INFO(run, "tandemrun: started rank {} (local rank {}) as pid {}", w->rank, local,
-                w->pid);
-    if (!cpus.empty()) {
-      const int numa = binding.numa[static_cast<std::size_t>(local)];
-      TANDEM_INFO(run, "tandemrun: rank {} (local rank {}) bound to CPUs {} ({}, --cpu-bind {})",
-                  w->rank, local, tools_api::to_string(cpus),
-                  numa < 0 ? "several NUMA nodes" : fmt::format("NUMA node {}", numa),
-                  tools_api::to_string(options_.cpu_bind));
-    }
-    workers_.push_back(std::move(w));
+    start_worker(local, false);
     // A signal, or the end of the round elsewhere, while starting: stop rather than start
     // the rest.
     on_signals();
     on_events();
     if (stopping_ || !cut_off_.empty()) break;
   }
+}
+
+void Supervisor::start_worker(int local, bool replacement) {
+  const NodeSlot& me = assignment_.self();
+  auto w = std::make_unique<Worker>();
+  w->local_rank = local;
+  w->rank = me.first_rank + local;
+  w->replacement = replacement;
+  const std::string log = session_.log_path(w->rank, local);
+  if (!log.empty()) {
+    // A restarted worker's lines, or its replacement's, follow those of its earlier runs.
+    const int mode = assignment_.round == 0 && !replacement ? O_TRUNC : O_APPEND;
+    w->log_fd.reset(::open(log.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | mode, 0644));
+    if (!w->log_fd)
+      TANDEM_THROW(ErrorCode::Io, "cannot create log file {}: {}", log,
+                   std::system_category().message(errno));
+    if (replacement)
+      write_all(w->log_fd.get(), "--- replacement ---\n");
+    else if (assignment_.round > 0)
+      write_all(w->log_fd.get(), fmt::format("--- restart {} ---\n", assignment_.round));
+  }
+  const int mask = options_.redirects.for_rank(local);
+  const bool console = options_.on_console(local);
+  // A replacement's rank is the one the group gives it when it joins.
+  const std::string prefix =
+      replacement ? fmt::format("[new {}]: ", w->rank) : fmt::format("[rank {}]: ", w->rank);
+  w->out = std::make_unique<LineStream>(prefix, (mask & 1) || !console ? -1 : 1, w->log_fd.get(),
+                                        &w->tail);
+  w->err = std::make_unique<LineStream>(prefix, (mask & 2) || !console ? -1 : 2, w->log_fd.get(),
+                                        &w->tail);
+
+  const auto cpus =
+      binding_.cpus.empty() ? tools_api::CpuList{} : binding_.cpus[static_cast<std::size_t>(local)];
+  auto command = options_.command;
+  if (options_.pass_local_rank) command.push_back(fmt::format("--local_rank={}", local));
+  auto env = session_.worker_env(assignment_, local);
+  if (replacement) env.emplace_back("TANDEM_JOIN=1");
+  SpawnedWorker s = spawn_worker(program_path_, command, env, cpus);
+  w->pid = s.pid;
+  w->out_fd = std::move(s.out);
+  w->err_fd = std::move(s.err);
+  w->running = true;
+  ++running_;
+  TANDEM_INFO(run, "tandemrun: started {} (local rank {}) as pid {}",
+              replacement ? fmt::format("a replacement for rank {}", w->rank)
+                          : fmt::format("rank {}", w->rank),
+              local, w->pid);
+  if (!cpus.empty()) {
+    const int numa = binding_.numa[static_cast<std::size_t>(local)];
+    TANDEM_INFO(run, "tandemrun: rank {} (local rank {}) bound to CPUs {} ({}, --cpu-bind {})",
+                w->rank, local, tools_api::to_string(cpus),
+                numa < 0 ? "several NUMA nodes" : fmt::format("NUMA node {}", numa),
+                tools_api::to_string(options_.cpu_bind));
+  }
+  workers_.push_back(std::move(w));
 }
 
 void Supervisor::loop() {
@@ -254,8 +266,10 @@ void Supervisor::close_output() {
 
 void Supervisor::report_success() {
   // Lost workers (--on-worker-loss continue) do not count against the others' success.
+  const auto started = std::count_if(workers_.begin(), workers_.end(),
+                                     [](const auto& w) { return !w->replacement; });
   const bool all_ok =
-      static_cast<int>(workers_.size()) == assignment_.self().nproc &&
+      static_cast<int>(started) == assignment_.self().nproc &&
       std::none_of(workers_.begin(), workers_.end(),
                    [](const auto& w) { return w->failed() && !w->lost; }) &&
       std::any_of(workers_.begin(), workers_.end(), [](const auto& w) { return !w->lost; });
@@ -267,8 +281,12 @@ void Supervisor::report_success() {
   if (!lost.empty()) {
     note(
         fmt::format("the other workers of this node exited 0 after losing {} worker(s) ({}) "
-                    "and going on without them (--on-worker-loss continue)",
-                    lost.size(), fmt::join(lost, "; ")));
+                    "and going on without them (--on-worker-loss continue){}",
+                    lost.size(), fmt::join(lost, "; "),
+                    replaced_ == 0 ? std::string()
+                                   : fmt::format("; {} replacement(s) started in their place "
+                                                 "(--max-replacements)",
+                                                 replaced_)));
   }
   try {
     if (auto e = link_.publish_success()) end_round(*e);
@@ -452,10 +470,18 @@ void Supervisor::on_worker_exit(Worker& w) {
   if (!w.failed() || stopping_) return;
   if (options_.continue_on_worker_loss && WIFSIGNALED(w.status) && running_ > 0) {
     w.lost = true;
-    note(
-        fmt::format("rank {} (pid {}) {}: the other {} worker(s) go on without it "
-                    "(--on-worker-loss continue)",
-                    w.rank, w.pid, w.describe_status(), running_));
+    const bool replace = replaced_ < options_.max_replacements;
+    note(fmt::format(
+        "rank {} (pid {}) {}: the other {} worker(s) go on without it{} "
+        "(--on-worker-loss continue{})",
+        w.rank, w.pid, w.describe_status(), running_,
+        replace ? "; a new worker starts to join them in its place" : "",
+        replace ? fmt::format(", replacement {} of {}", replaced_ + 1, options_.max_replacements)
+                : std::string()));
+    if (replace) {
+      ++replaced_;
+      start_worker(w.local_rank, true);  // may reallocate workers_: `w` is not used after
+    }
     return;
   }
   RoundEnd mine;

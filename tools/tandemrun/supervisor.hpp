@@ -9,6 +9,7 @@
 #include "output.hpp"
 #include "records.hpp"
 #include "tools_api/net.hpp"
+#include "tools_api/topology.hpp"
 #include "watcher.hpp"
 
 #include <tandem/types.hpp>
@@ -65,6 +66,7 @@ struct Worker {
   int signal_sent = 0;  ///< last signal tandemrun sent while it ran (0: none)
   /// Killed by a signal while the others went on (--on-worker-loss continue).
   bool lost = false;
+  bool replacement = false;  ///< started in a lost worker's place (--max-replacements)
   Clock::time_point exited_at{};
   std::chrono::system_clock::time_point exited_wall{};
 
@@ -93,6 +95,8 @@ class Supervisor {
 
  private:
   void start_workers();
+  /// Starts the worker of local rank `local`; a replacement joins the running group.
+  void start_worker(int local, bool replacement);
   void loop();
   /// Stopping, and the grace period is over: SIGKILL.
   void kill_if_overdue(Clock::time_point now);
@@ -135,6 +139,8 @@ class Supervisor {
   RunLink& link_;
   std::string host_;
   std::vector<std::unique_ptr<Worker>> workers_;
+  tools_api::Binding binding_;  ///< CPUs of each local rank (empty: not bound)
+  int replaced_ = 0;            ///< replacements started (--max-replacements)
 
   Clock::time_point start_ = Clock::now();
   int running_ = 0;

@@ -402,6 +402,7 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
     if (generation > 1) prefix = fmt::format("{}/{}", prefix, generation);
   }
   impl->rendezvous.prefix = prefix;
+  if (is_world) impl->rendezvous.join_point = prefix;  // grow() and join() override it
   impl->rendezvous.base_store = store;
   impl->rendezvous.store = std::make_shared<store::PrefixStore>(prefix, store);
   impl->rendezvous.store->share_timeout(impl->config.shared_timeout());
@@ -479,6 +480,19 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
   impl->exec->attach(impl->runner, impl->config.lazy_start, impl->config.spin_time);
   impl->exec->bias_to_caller(size);  // before any other thread can reach it
   return impl;
+}
+
+std::shared_ptr<Communicator> after_barrier(std::shared_ptr<Communicator> comm,
+                                            const std::string& who) {
+  try {
+    comm->barrier();
+  } catch (const Error& e) {
+    throw Error(
+        e.code(),
+        fmt::format("{} was lost while the new communicator was set up: {}", who, e.message()),
+        __FILE__, __LINE__);
+  }
+  return comm;
 }
 
 }  // namespace tandem::comm

@@ -21,6 +21,14 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
                                           CommOptions options, bool is_world,
                                           std::string lost_key = {});
 
+/// Ends the setup of a communicator made by shrink(), grow() or join(): a barrier. Setup can
+/// end before every pair is connected (tcp peers connect at their first message); the barrier
+/// makes every rank hear from the others, so that a rank lost during setup fails it on every
+/// rank instead of leaving some with a communicator that needs it. Its error says
+/// "<who> was lost while the new communicator was set up: ...".
+std::shared_ptr<Communicator> after_barrier(std::shared_ptr<Communicator> comm,
+                                            const std::string& who);
+
 /// The communicator timeout: CommOptions::timeout, else TANDEM_TIMEOUT.
 std::chrono::milliseconds timeout_from(const CommOptions& options);
 

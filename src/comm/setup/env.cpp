@@ -152,8 +152,10 @@ std::shared_ptr<Communicator> Communicator::from_env(CommOptions options) {
     port = static_cast<std::uint16_t>(parse_number("MASTER_PORT", *port_text, 1, 65535));
   }
 
+  // A replacement (TANDEM_JOIN=1) joins the running group; it never hosts the store.
+  const bool joining = settings::get_bool("TANDEM_JOIN");
   std::unique_ptr<store::TcpStoreServer> server;
-  if (launcher_store.empty() && rank == 0) {
+  if (launcher_store.empty() && rank == 0 && !joining) {
     store::TcpStoreServerOptions so;
     so.bind_address = addr;
     so.port = port;
@@ -181,6 +183,7 @@ std::shared_ptr<Communicator> Communicator::from_env(CommOptions options) {
                                        : " hosted by tandemrun");
 
   if (!options.timeout) options.timeout = timeout;
+  if (joining) return join(std::move(store), std::move(options));
   auto impl = comm::build(std::move(store), rank, size, std::move(options), true);
   impl->rendezvous.server = std::move(server);
   if (launch->local_rank && *launch->local_rank != impl->id.local_rank)

@@ -86,20 +86,10 @@ std::shared_ptr<Communicator> Communicator::shrink(std::span<const int> exclude)
   const std::string name = options.store_prefix;
   auto impl =
       comm::build(impl_->rendezvous.base_store, new_rank, new_size, std::move(options), false);
-  auto child = std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
-  // Setup can end before every pair is connected (tcp peers connect at their first message):
-  // a barrier makes every remaining rank hear from the others, so that a rank lost during the
-  // shrink fails it on every survivor instead of leaving some with a communicator it is in.
-  try {
-    child->barrier();
-  } catch (const Error& e) {
-    throw Error(e.code(),
-                fmt::format("shrink to '{}': a remaining rank was lost while the shrunk "
-                            "communicator was set up: {}",
-                            name, e.message()),
-                __FILE__, __LINE__);
-  }
-  return child;
+  impl->rendezvous.join_point = impl_->rendezvous.join_point;  // a shrunk world still admits
+  impl->rendezvous.join_next = impl_->rendezvous.join_next;
+  return comm::after_barrier(std::shared_ptr<Communicator>(new Communicator(std::move(impl))),
+                             fmt::format("shrink to '{}': a remaining rank", name));
 }
 
 namespace {
@@ -144,6 +134,9 @@ std::vector<int> Communicator::agree_lost(std::optional<std::chrono::millisecond
 
   std::string decided;
   for (;;) {
+    // Deaths this rank's own connections reveal after its error was raised.
+    if (impl_->runner.mesh)
+      for (const int r : impl_->runner.mesh->dead_peers()) lost[static_cast<std::size_t>(r)] = 1;
     const std::string decision_keys[] = {decision};
     if (store.check(decision_keys)) {
       decided = store.get(decision, deadline_in(std::chrono::seconds(10)));

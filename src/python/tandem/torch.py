@@ -78,9 +78,9 @@ def agree_lost_ranks(group=None, timeout=None):
 def lost_ranks(message):
     """The ranks a PeerLost report names as lost ("rank N (host H, pid P)"), in the order
     named, each once: also for the message of an error that torch re-raised as another type
-    (DDP's backward, for one)."""
+    (DDP's backward, for one). A rank named after "reported by " relayed the loss: not lost."""
     seen = []
-    for m in re.finditer(r"rank (\d+) \(host [^,]*, pid \d+\)", message):
+    for m in re.finditer(r"(?<!reported by )rank (\d+) \(host [^,]*, pid \d+\)", message):
         r = int(m.group(1))
         if r not in seen:
             seen.append(r)

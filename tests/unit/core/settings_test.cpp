@@ -150,6 +150,7 @@ TEST(Settings, DeclaresExactlyTheDocumentedNamesTypesAndDefaults) {
       {"TANDEM_CMA", {Type::boolean, "1"}},
       {"TANDEM_CUDA_LIBRARY", {Type::string, ""}},
       {"TANDEM_GPU_TRANSPORT", {Type::choice, "auto"}},
+      {"TANDEM_JOIN", {Type::boolean, "0"}},
       {"TANDEM_SHM_DISABLE", {Type::boolean, "0"}},
       {"TANDEM_SOCKETS_PER_PEER", {Type::integer, "1"}},
       {"TANDEM_SPIN_US", {Type::string, "auto"}},
