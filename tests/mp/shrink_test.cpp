@@ -186,6 +186,32 @@ TEST_P(Shrink, LostRanksAreAgreedWithoutAList) {
   expect_survivors_ok(exits, {0, 3});
 }
 
+// A communicator split from the world, unused since rank 2 died (not poisoned, its error names
+// nobody), shrinks too: shrink_lost() learns of the death from its own connections.
+TEST_P(Shrink, ASplitCommunicatorUnusedSinceTheDeathShrinksToo) {
+  const auto exits = testing::run_ranks(
+      4,
+      [&](const testing::RankContext& ctx) {
+        auto comm = connect(ctx);
+        auto reversed = comm->split(0, -ctx.rank);  // ranks 3,2,1,0 become 0,1,2,3
+        ASSERT_NE(reversed, nullptr);
+        EXPECT_EQ(sum_of(*reversed, 1.0), 4.0);
+        lose_ranks(*comm, *ctx.store(), {2});
+        auto world = comm->shrink_lost();
+        EXPECT_EQ(world->size(), 3);
+        EXPECT_FALSE(reversed->poisoned());
+        std::vector<int> lost;
+        auto small = reversed->shrink_lost(std::nullopt, &lost);
+        EXPECT_EQ(lost, (std::vector<int>{1})) << "old rank 2 is rank 1 of the reversed one";
+        ASSERT_EQ(small->size(), 3);
+        // Old ranks 3, 1, 0 in that order.
+        EXPECT_EQ(small->rank(), ctx.rank == 3 ? 0 : ctx.rank == 1 ? 1 : 2);
+        EXPECT_EQ(sum_of(*small, ctx.rank), 4.0);
+      },
+      run_options(GetParam()));
+  expect_survivors_ok(exits, {0, 1, 3});
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, Shrink, ::testing::Values("shm", "tcp"), transport_name);
 
 // The setup step at which rank 2 dies inside the shrunk communicator's setup.

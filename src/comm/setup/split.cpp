@@ -127,7 +127,12 @@ std::vector<int> Communicator::agree_lost(std::optional<std::chrono::millisecond
 
   std::vector<char> alive(static_cast<std::size_t>(size), 0);
   std::vector<char> lost(static_cast<std::size_t>(size), 0);
-  const std::vector<int> mine = lost_ranks();
+  // What the error named, and the peers this rank's connections have seen die since (all of
+  // them on a communicator that no call failed on yet, such as one split from a failed one).
+  std::vector<int> mine = lost_ranks();
+  if (impl_->runner.mesh)
+    for (const int r : impl_->runner.mesh->dead_peers())
+      if (std::find(mine.begin(), mine.end(), r) == mine.end()) mine.push_back(r);
   for (const int r : mine) lost[static_cast<std::size_t>(r)] = 1;
   store.set(view_key(rank), format_list(mine));
   alive[static_cast<std::size_t>(rank)] = 1;
