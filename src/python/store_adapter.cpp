@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <thread>
 #include <vector>
 
 namespace tandem::python {
@@ -73,13 +74,24 @@ void C10dStore::wait(std::span<const std::string> keys, Deadline deadline) {
                    missing);
     }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+    if (coarse_waits_.load(std::memory_order_relaxed) && left < std::chrono::seconds(1)) {
+      // A store whose waits end only on whole seconds: a deadline this close is polled
+      // (check() above) rather than overshot.
+      std::this_thread::sleep_for(std::min(left, kShortPoll));
+      continue;
+    }
     const auto slice = std::max(std::chrono::milliseconds(1), std::min(left, kSlice));
+    const auto started = Clock::now();
     try {
       store_->wait(list, slice);
       return;
     } catch (const std::exception&) {
       // A slice that ran out: check the deadline and wait again. A store that is gone fails
-      // the check() above with Io.
+      // the check() above with Io. torch's FileStore counts a wait's time in whole seconds,
+      // so a short slice lasts a second: noticed here, such waits are polled from then on.
+      if (slice < std::chrono::milliseconds(500) &&
+          Clock::now() - started >= slice + std::chrono::milliseconds(500))
+        coarse_waits_.store(true, std::memory_order_relaxed);
     }
   }
 }

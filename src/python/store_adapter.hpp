@@ -8,6 +8,7 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <atomic>
 #include <chrono>
 
 namespace tandem::python {
@@ -30,6 +31,10 @@ class C10dStore final : public store::Store {
 
   /// The longest single c10d wait: deadlines are re-checked at least this often.
   static constexpr std::chrono::milliseconds kSlice{std::chrono::seconds(5)};
+  /// How often a wait whose deadline is under a second away checks the keys, on a store
+  /// whose waits end on whole seconds (coarse_waits_).
+  static constexpr std::chrono::milliseconds kShortPoll{2};
+  std::atomic<bool> coarse_waits_{false};
 
  private:
   c10::intrusive_ptr<c10d::Store> store_;
