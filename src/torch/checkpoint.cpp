@@ -336,6 +336,21 @@ void load_in_place(::torch::nn::Module& module, ::torch::serialize::InputArchive
   for (auto& [dst, src] : pairs) dst.copy_(src);
 }
 
+// The model and optimizer sections of `c` into module (in place) and optimizer, on the
+// module's device wherever they were saved: a run saved on a GPU resumes on the CPU and the
+// other way round.
+void load_contents(const Contents& c, ::torch::nn::Module& module,
+                   ::torch::optim::Optimizer& optimizer) {
+  const auto params = module.parameters();
+  const auto device = params.empty() ? c10::Device(c10::kCPU) : params.front().device();
+  ::torch::serialize::InputArchive model;
+  model.load_from(c.model.data(), c.model.size(), device);
+  load_in_place(module, model);
+  ::torch::serialize::InputArchive optim;
+  optim.load_from(c.optimizer.data(), c.optimizer.size(), device);
+  optimizer.load(optim);
+}
+
 }  // namespace
 
 Checkpointer::Checkpointer(std::shared_ptr<Communicator> comm, std::filesystem::path dir,
@@ -462,16 +477,7 @@ std::optional<TrainingState> Checkpointer::load_latest(::torch::nn::Module& modu
         continue;
       }
       try {
-        // Onto the module's device, wherever the checkpoint was written: a run saved on a GPU
-        // resumes on the CPU and the other way round.
-        const auto params = module.parameters();
-        const auto device = params.empty() ? c10::Device(c10::kCPU) : params.front().device();
-        ::torch::serialize::InputArchive model;
-        model.load_from(c.model.data(), c.model.size(), device);
-        load_in_place(module, model);
-        ::torch::serialize::InputArchive optim;
-        optim.load_from(c.optimizer.data(), c.optimizer.size(), device);
-        optimizer.load(optim);
+        load_contents(c, module, optimizer);
       } catch (const std::exception& e) {
         std::string why = e.what();
         if (const auto* te = dynamic_cast<const Error*>(&e)) why = te->message();
@@ -581,14 +587,7 @@ TrainingState share_state(Communicator& comm, int root, ::torch::nn::Module& mod
     try {
       const Contents c = decode(bytes);
       out = state_from_json(c.meta);
-      const auto params = module.parameters();
-      const auto device = params.empty() ? c10::Device(c10::kCPU) : params.front().device();
-      ::torch::serialize::InputArchive model;
-      model.load_from(c.model.data(), c.model.size(), device);
-      load_in_place(module, model);
-      ::torch::serialize::InputArchive optim;
-      optim.load_from(c.optimizer.data(), c.optimizer.size(), device);
-      optimizer.load(optim);
+      load_contents(c, module, optimizer);
     } catch (const Error& e) {
       failure = e.message();
     } catch (const c10::Error& e) {
