@@ -4,7 +4,7 @@
 replacement that joins them (--max-replacements 1), and the whole job restarted from its last
 checkpoint (tandemrun --max-restarts 1), for the same kill.
 
-    python3 bench/failures/rank_loss.py [--ranks 4] [--kill-at 30] [--trials 3]
+    python3 bench/failures/rank_loss.py [--ranks 4] [--kill-at 30] [--trials 3] [--netns]
 
 Each run: build/bin/fashion_mnist under build/bin/tandemrun on this host, --ranks ranks, 4096
 training images, global batch 96 (the continue runs' world of ranks - 1 keeps it when it
@@ -19,8 +19,13 @@ runs: a checkpoint every 10 steps). Every output line is stamped on arrival; pri
   result           the job's result line
 
 and the medians per mode.
+
+--netns: across two "hosts" instead, network namespaces joined by a veth pair (root and
+iproute2; torn down at the end), --ranks / 2 ranks on each, one tandemrun per namespace
+(--nnodes 2); rank 1 is then on the first host and its survivors reach the second over TCP.
 """
 import argparse
+import contextlib
 import os
 import re
 import statistics
@@ -35,7 +40,33 @@ PROGRAM = os.path.join(ROOT, "build", "bin", "fashion_mnist")
 STEP_RE = re.compile(r"^\[rank 0\]: epoch \d+/\d+ step \d+/\d+ \(total (\d+)/\d+\)")
 
 
-def run(mode, ranks, kill_at, tmp):
+@contextlib.contextmanager
+def namespaces():
+    """Two namespaces joined by a veth pair: yields (ns_a, ns_b, addr_a)."""
+    tag = os.getpid() % 100000
+    ns = [f"tdmrl{tag}a", f"tdmrl{tag}b"]
+    addrs = [f"10.214.{tag % 250}.1", f"10.214.{tag % 250}.2"]
+
+    def ip(*args):
+        subprocess.run(["ip", *args], check=True)
+
+    try:
+        for n in ns:
+            ip("netns", "add", n)
+        ip("link", "add", f"tdmrl{tag}x", "type", "veth", "peer", "name", f"tdmrl{tag}y")
+        for n, end, addr in zip(ns, (f"tdmrl{tag}x", f"tdmrl{tag}y"), addrs):
+            ip("link", "set", end, "netns", n)
+            ip("-n", n, "link", "set", end, "name", "tdm0")
+            ip("-n", n, "addr", "add", f"{addr}/24", "dev", "tdm0")
+            ip("-n", n, "link", "set", "lo", "up")
+            ip("-n", n, "link", "set", "tdm0", "up")
+        yield ns[0], ns[1], addrs[0]
+    finally:
+        for n in ns:
+            subprocess.run(["ip", "netns", "delete", n], stderr=subprocess.DEVNULL)
+
+
+def run(mode, ranks, kill_at, tmp, hosts=None):
     common = ["-o", "data.limit_train=4096", "-o", "data.limit_test=1024",
               "-o", "training.batch_size=96", "-o", "training.epochs=1",
               "-o", "log.progress=lines", "-o", "log.every_steps=1",
@@ -50,9 +81,23 @@ def run(mode, ranks, kill_at, tmp):
         launcher = ["--max-restarts", "1"]
         extra = ["-o", f"checkpoint.dir={tmp}/ckpt-{time.monotonic_ns()}",
                  "-o", "checkpoint.every_steps=10"]
-    cmd = [TANDEMRUN, "--nproc-per-node", str(ranks)] + launcher + [PROGRAM] + common + extra
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    if hosts is None:
+        cmd = [TANDEMRUN, "--nproc-per-node", str(ranks)] + launcher + [PROGRAM] + common + extra
+        procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, env=env)]
+    else:
+        ns_a, ns_b, addr = hosts
+        env["TANDEM_STORE_TOKEN"] = "rank-loss-bench"
+        procs = []
+        for node, n in enumerate((ns_a, ns_b)):
+            cmd = (["ip", "netns", "exec", n, TANDEMRUN, "--nnodes", "2", "--node-rank",
+                    str(node), "--master-addr", addr, "--master-port", "29611",
+                    "--nproc-per-node", str(ranks // 2)]
+                   + launcher + [PROGRAM] + common + extra)
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True, env=env))
+    p = procs[0]  # node 0 runs rank 0 (progress, result) and rank 1 (the victim)
     killed = next_step = started = gained = full = None
     result = ""
     for line in p.stdout:
@@ -70,6 +115,9 @@ def run(mode, ranks, kill_at, tmp):
         if "result:" in line:
             result = line.strip()
     rc = p.wait()
+    for other in procs[1:]:
+        other.stdout.read()
+        rc = rc or other.wait()
     if rc != 0 or killed is None or next_step is None:
         sys.exit(f"{mode}: exit {rc}, kill seen {killed is not None}, next step seen "
                  f"{next_step is not None}: {' '.join(cmd)}")
@@ -83,13 +131,23 @@ def main():
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--kill-at", type=int, default=30)
     ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--netns", action="store_true",
+                    help="two namespace hosts, --ranks / 2 ranks each (root)")
     args = ap.parse_args()
+    if args.netns:
+        with namespaces() as hosts:
+            measure(args, hosts)
+    else:
+        measure(args, None)
+
+
+def measure(args, hosts):
     times = {"continue": [], "replace": [], "restart": []}
     full = []
     with tempfile.TemporaryDirectory() as tmp:
         for t in range(args.trials):
             for mode in times:
-                took, back, result = run(mode, args.ranks, args.kill_at, tmp)
+                took, back, result = run(mode, args.ranks, args.kill_at, tmp, hosts)
                 times[mode].append(took)
                 if back is not None:
                     full.append(back)
@@ -97,7 +155,7 @@ def main():
                       + (f", start->full {back * 1e3:.0f} ms" if back is not None else "")
                       + f" | {result}", flush=True)
     for mode, v in times.items():
-        print(f"row: mode={mode} ranks={args.ranks} trials={len(v)} "
+        print(f"row: mode={mode} ranks={args.ranks}{' netns' if hosts else ''} trials={len(v)} "
               f"kill_to_next_step_ms={statistics.median(v) * 1e3:.0f} "
               f"(min {min(v) * 1e3:.0f}, max {max(v) * 1e3:.0f})"
               + (f" start_to_full_size_ms={statistics.median(full) * 1e3:.0f} "
