@@ -120,10 +120,17 @@ std::vector<int> Communicator::agree_lost(std::optional<std::chrono::millisecond
   const int size = impl_->id.size;
   const int rank = impl_->id.rank;
   store::Store& store = *impl_->rendezvous.store;
+  // Keys: views (a counter: each survivor takes a number n), view/<n> ("<rank>:<its list>")
+  // and decision. A survivor reads each view once, in the order published, so an iteration
+  // costs it a few store requests however large the group.
   const std::string base = fmt::format("agree{}/", impl_->rendezvous.agree_count++);
   const std::string decision = base + "decision";
-  const auto view_key = [&](int r) { return fmt::format("{}view/{}", base, r); };
+  const std::string counter = base + "views";
+  const auto view_key = [&](std::int64_t n) { return fmt::format("{}view/{}", base, n); };
   const Deadline deadline = deadline_in(wait.value_or(impl_->config.timeout()));
+  // The pause between looks, longer in large groups (transport::liveness_period's rate).
+  const auto slice = std::clamp(std::chrono::milliseconds(impl_->id.size / 16),
+                                std::chrono::milliseconds(20), std::chrono::milliseconds(250));
 
   std::vector<char> alive(static_cast<std::size_t>(size), 0);
   std::vector<char> lost(static_cast<std::size_t>(size), 0);
@@ -134,8 +141,25 @@ std::vector<int> Communicator::agree_lost(std::optional<std::chrono::millisecond
     for (const int r : impl_->runner.mesh->dead_peers())
       if (std::find(mine.begin(), mine.end(), r) == mine.end()) mine.push_back(r);
   for (const int r : mine) lost[static_cast<std::size_t>(r)] = 1;
-  store.set(view_key(rank), format_list(mine));
+  store.set(view_key(store.add(counter, 1)), fmt::format("{}:{}", rank, format_list(mine)));
   alive[static_cast<std::size_t>(rank)] = 1;
+
+  std::vector<std::int64_t> unread;  // views numbered but not yet seen (being written)
+  std::int64_t numbered = 0;
+  const auto read_view = [&](std::int64_t n) {
+    const std::string key = view_key(n);
+    const std::string keys[] = {key};
+    if (!store.check(keys)) return false;
+    const std::string text = store.get(key, deadline_in(std::chrono::seconds(10)));
+    const std::size_t colon = text.find(':');
+    const auto who = parse_list(std::string_view(text).substr(0, colon), size);
+    TANDEM_CHECK(colon != std::string::npos && who.size() == 1,
+                 "agree_lost: a malformed view in the store: {:?}", text);
+    alive[static_cast<std::size_t>(who.front())] = 1;
+    for (const int d : parse_list(std::string_view(text).substr(colon + 1), size))
+      lost[static_cast<std::size_t>(d)] = 1;
+    return true;
+  };
 
   std::string decided;
   for (;;) {
@@ -147,20 +171,13 @@ std::vector<int> Communicator::agree_lost(std::optional<std::chrono::millisecond
       decided = store.get(decision, deadline_in(std::chrono::seconds(10)));
       break;
     }
-    std::vector<std::string> waiting;
-    for (int r = 0; r < size; ++r) {
-      if (alive[static_cast<std::size_t>(r)]) continue;
-      const std::string key = view_key(r);
-      const std::string keys[] = {key};
-      if (!store.check(keys)) {
-        if (!lost[static_cast<std::size_t>(r)]) waiting.push_back(key);
-        continue;
-      }
-      alive[static_cast<std::size_t>(r)] = 1;
-      for (const int d : parse_list(store.get(key, deadline_in(std::chrono::seconds(10))), size))
-        lost[static_cast<std::size_t>(d)] = 1;
-    }
-    if (waiting.empty() || Clock::now() >= deadline) {
+    for (const std::int64_t total = store.add(counter, 0); numbered < total;)
+      unread.push_back(++numbered);
+    std::erase_if(unread, read_view);
+    bool waiting = false;
+    for (int r = 0; r < size && !waiting; ++r)
+      waiting = !alive[static_cast<std::size_t>(r)] && !lost[static_cast<std::size_t>(r)];
+    if (!waiting || Clock::now() >= deadline) {
       std::vector<int> out;
       for (int r = 0; r < size; ++r)
         if (lost[static_cast<std::size_t>(r)] || !alive[static_cast<std::size_t>(r)])
@@ -168,11 +185,11 @@ std::vector<int> Communicator::agree_lost(std::optional<std::chrono::millisecond
       decided = store.compare_set(decision, "", format_list(out));
       break;
     }
-    // Until one of them publishes, the decision appears or a short slice passes (a rank that
+    // Until the next view is published, the decision appears or a slice passes (a rank that
     // died unseen never publishes; another survivor's view may name it meanwhile).
+    const std::string next[] = {view_key(numbered + 1)};
     try {
-      (void)store.multi_get_or_stop(waiting, decision,
-                                    std::min(deadline, deadline_in(std::chrono::milliseconds(20))),
+      (void)store.multi_get_or_stop(next, decision, std::min(deadline, deadline_in(slice)),
                                     std::chrono::milliseconds(5));
     } catch (const Error& e) {
       if (e.code() != ErrorCode::Timeout) throw;
