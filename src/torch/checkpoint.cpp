@@ -336,6 +336,13 @@ void load_in_place(::torch::nn::Module& module, ::torch::serialize::InputArchive
   for (auto& [dst, src] : pairs) dst.copy_(src);
 }
 
+// What went wrong, without the C++ backtrace that torch's errors carry.
+std::string reason_of(const std::exception& e) {
+  if (const auto* te = dynamic_cast<const Error*>(&e)) return te->message();
+  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
+  return e.what();
+}
+
 // The model and optimizer sections of `c` into module (in place) and optimizer, on the
 // module's device wherever they were saved: a run saved on a GPU resumes on the CPU and the
 // other way round.
@@ -479,14 +486,10 @@ std::optional<TrainingState> Checkpointer::load_latest(::torch::nn::Module& modu
       try {
         load_contents(c, module, optimizer);
       } catch (const std::exception& e) {
-        std::string why = e.what();
-        if (const auto* te = dynamic_cast<const Error*>(&e)) why = te->message();
-        if (const auto* ce = dynamic_cast<const c10::Error*>(&e))
-          why = ce->what_without_backtrace();
         TANDEM_THROW(ErrorCode::InvalidArgument,
                      "checkpoint {} does not fit this model or optimizer: {}. Resume with the "
                      "same model and optimizer, or move the directory away to start afresh",
-                     path.string(), why);
+                     path.string(), reason_of(e));
       }
       if (ranks > 0 && !c.rng.empty() && c.rng.size() % ranks == 0) {
         const std::size_t each = c.rng.size() / ranks;
@@ -588,12 +591,8 @@ TrainingState share_state(Communicator& comm, int root, ::torch::nn::Module& mod
       const Contents c = decode(bytes);
       out = state_from_json(c.meta);
       load_contents(c, module, optimizer);
-    } catch (const Error& e) {
-      failure = e.message();
-    } catch (const c10::Error& e) {
-      failure = e.what_without_backtrace();
     } catch (const std::exception& e) {
-      failure = e.what();
+      failure = reason_of(e);
     }
   }
   std::int64_t failed = failure.empty() ? -1 : comm.rank();

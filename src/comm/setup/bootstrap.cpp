@@ -390,9 +390,7 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
   auto mesh_opts = mesh_options(options, impl->config.timeout());
   impl->config.spin_time = mesh_opts.spin_time;
 
-  std::string prefix = options.store_prefix;
-  if (prefix.empty())
-    prefix = fmt::format("tandem/r{}/world", settings::get_int("TANDEM_RESTART_COUNT"));
+  std::string prefix = group_prefix(options);
   const std::uint64_t requests_before = store->requests();  // setup's, for the INFO line
   if (size > 1) {
     // Every rank counts the communicators it created under this prefix; the n-th of each
@@ -480,6 +478,12 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
   impl->exec->attach(impl->runner, impl->config.lazy_start, impl->config.spin_time);
   impl->exec->bias_to_caller(size);  // before any other thread can reach it
   return impl;
+}
+
+std::string group_prefix(const CommOptions& options) {
+  return options.store_prefix.empty()
+             ? fmt::format("tandem/r{}/world", settings::get_int("TANDEM_RESTART_COUNT"))
+             : options.store_prefix;
 }
 
 std::shared_ptr<Communicator> after_barrier(std::shared_ptr<Communicator> comm,

@@ -21,6 +21,10 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
                                           CommOptions options, bool is_world,
                                           std::string lost_key = {});
 
+/// The store namespace a group's communicators start from: CommOptions::store_prefix, else
+/// "tandem/r<TANDEM_RESTART_COUNT>/world".
+std::string group_prefix(const CommOptions& options);
+
 /// Ends the setup of a communicator made by shrink(), grow() or join(): a barrier. Setup can
 /// end before every pair is connected (tcp peers connect at their first message); the barrier
 /// makes every rank hear from the others, so that a rank lost during setup fails it on every

@@ -16,7 +16,6 @@
 
 #include <tandem/error.hpp>
 #include <tandem/log.hpp>
-#include <tandem/settings.hpp>
 
 #include <fmt/format.h>
 
@@ -125,10 +124,7 @@ std::shared_ptr<Communicator> Communicator::grow(int max_joiners, std::chrono::m
 std::shared_ptr<Communicator> Communicator::join(std::shared_ptr<store::Store> store,
                                                  CommOptions options) {
   TANDEM_CHECK_ARG(store != nullptr, "join: no store");
-  const std::string join_point =
-      options.store_prefix.empty()
-          ? fmt::format("tandem/r{}/world", settings::get_int("TANDEM_RESTART_COUNT"))
-          : options.store_prefix;
+  const std::string join_point = comm::group_prefix(options);
   const auto timeout = comm::timeout_from(options);
   const std::int64_t t = store->add(fmt::format("{}/join/tickets", join_point), 1);
   const std::string answer = ticket_key(join_point, "answer", t);

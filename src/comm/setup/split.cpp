@@ -128,7 +128,7 @@ std::vector<int> Communicator::agree_lost(std::optional<std::chrono::millisecond
   const std::string counter = base + "views";
   const auto view_key = [&](std::int64_t n) { return fmt::format("{}view/{}", base, n); };
   const Deadline deadline = deadline_in(wait.value_or(impl_->config.timeout()));
-  // The pause between looks, longer in large groups (transport::liveness_period's rate).
+  // The pause between looks: 20 ms, longer in large groups (size / 16 ms, at most 250 ms).
   const auto slice = std::clamp(std::chrono::milliseconds(impl_->id.size / 16),
                                 std::chrono::milliseconds(20), std::chrono::milliseconds(250));
 
