@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <linux/futex.h>
 #include <linux/membarrier.h>
+#include <span>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,6 +30,18 @@ inline void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
             0);
 }
 
+/// A word for futex_wait_any(): sleep while `*word == expected`.
+struct FutexWaiter {
+  std::atomic<std::uint32_t>* word;
+  std::uint32_t expected;
+};
+
+/// Sleeps until any of `waiters` (at most 128) is woken or no longer holds its expected value,
+/// at most `timeout` (futex_waitv(2), Linux 5.16+; shared futexes). Returns false, having
+/// slept on nothing, where the kernel lacks futex_waitv: the caller then waits on one word.
+bool futex_wait_any(std::span<const FutexWaiter> waiters,
+                    std::chrono::nanoseconds timeout) noexcept;
+
 /// Wakes every process sleeping on `word`.
 inline void futex_wake_all(std::atomic<std::uint32_t>* word) noexcept {
   ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr,
@@ -40,17 +53,16 @@ inline void futex_wake_all(std::atomic<std::uint32_t>* word) noexcept {
 /// cost (docs/benchmarks-small.md). When both processes registered, the hot side may use a
 /// compiler barrier only and the cold side (a rank about to sleep) calls heavy_fence(), which
 /// makes every thread of every registered process pass a full barrier. Registers this
-/// process on the first call; true when it is registered and heavy_fence() works.
-inline bool asymmetric_fences() noexcept {
-  static const bool ready = [] {
-    const long cmds = ::syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
-    constexpr long kNeed =
-        MEMBARRIER_CMD_GLOBAL_EXPEDITED | MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED;
-    return cmds >= 0 && (cmds & kNeed) == kNeed &&
-           ::syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
-  }();
-  return ready;
-}
+/// process on the first call, or waits for the registration start_fence_registration()
+/// began; true when it is registered and heavy_fence() works.
+bool asymmetric_fences() noexcept;
+
+/// Begins asymmetric_fences()'s registration on a thread of its own and returns at once. In a
+/// process that already has threads the kernel makes registering wait for an RCU grace period
+/// (10-25 ms here), so a communicator's setup starts it first and the wait overlaps the
+/// rendezvous. Calls after the first do nothing. A child forked while the registration ran
+/// registers itself at its own first asymmetric_fences().
+void start_fence_registration() noexcept;
 
 /// The cold side's fence of an asymmetric pair (only when asymmetric_fences() is true).
 inline void heavy_fence() noexcept {

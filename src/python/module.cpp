@@ -2,6 +2,7 @@
 // tandem's errors into the Python exceptions of tandem.torch (RuntimeError subclasses, torch's
 // DistBackendError where it exists), with tandem's message unchanged.
 
+#include "core/futex.hpp"
 #include "python/backend.hpp"
 #include "python/store_adapter.hpp"
 #include "python/work.hpp"
@@ -39,6 +40,9 @@ PYBIND11_MODULE(_backend, m) {
   m.doc() = "tandem's torch.distributed backend (import tandem.torch to register it)";
   // torch.distributed registers c10d::Backend and c10d::Store with pybind11 first.
   py::module_::import("torch.distributed");
+  // A torch process has threads, so the kernel's registration for asymmetric fences waits out
+  // an RCU grace period (10-25 ms): begun at import, it is over before the first group needs it.
+  tandem::core::start_fence_registration();
   tandem::python::translate_errors();
 
   py::class_<BackendTandem, c10d::Backend, c10::intrusive_ptr<BackendTandem>>(m, "BackendTandem")

@@ -7,6 +7,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <future>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -100,8 +101,10 @@ void Control::parse() noexcept {
   }
 }
 
-ControlWatch::ControlWatch(std::function<void()> wake)
+ControlWatch::ControlWatch(std::function<void()> wake, std::function<void()> on_start,
+                           std::function<void()> on_stop)
     : wake_(std::move(wake)),
+      on_stop_(std::move(on_stop)),
       epoll_(::epoll_create1(EPOLL_CLOEXEC)),
       stop_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   if (!epoll_ || !stop_)
@@ -112,7 +115,25 @@ ControlWatch::ControlWatch(std::function<void()> wake)
   ev.data.fd = stop_.get();
   if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, stop_.get(), &ev) != 0)
     TANDEM_THROW(ErrorCode::Io, "cannot watch the control connections: {}", errno_text(errno));
-  thread_ = std::thread([this] { run(); });
+  std::promise<void> started;
+  auto ready = started.get_future();
+  thread_ = std::thread([this, &started, on_start = std::move(on_start)] {
+    try {
+      if (on_start) on_start();
+    } catch (...) {
+      started.set_exception(std::current_exception());
+      return;
+    }
+    started.set_value();
+    run();
+    if (on_stop_) on_stop_();
+  });
+  try {
+    ready.get();
+  } catch (...) {
+    thread_.join();
+    throw;
+  }
 }
 
 ControlWatch::~ControlWatch() {

@@ -42,6 +42,13 @@ class Control {
   void send_bye() noexcept;
   void send_abort(ErrorCode code, std::string_view reason) noexcept;
   void close() noexcept { fd_.reset(); }
+  /// The peer is known dead by other means (its shared-memory life lock): lost, with `reason`,
+  /// unless it said BYE or ABORT first.
+  void mark_lost(std::string reason) noexcept {
+    if (state_ != State::up) return;
+    state_ = State::lost;
+    reason_ = std::move(reason);
+  }
 
  private:
   void send_frame(std::uint32_t type, std::uint32_t code, std::string_view payload) noexcept;
@@ -61,10 +68,15 @@ class Control {
 /// the dead process's sockets. A thread of its own blocks in epoll_wait on the control
 /// sockets, edge-triggered (one call of `wake` per arrival; it reads nothing: the mesh's
 /// thread reads the sockets after it wakes), and on an eventfd that stops it.
+///
+/// The thread lives exactly as long as the mesh: `on_start` runs first on it (the constructor
+/// returns once it has; what it throws, the constructor throws) and `on_stop` last, so it can
+/// hold what a peer must see released when this process ends (the shared-memory life lock).
 class ControlWatch {
  public:
   /// Starts the thread; `wake` runs on it. Throws Io when epoll or the eventfd cannot be made.
-  explicit ControlWatch(std::function<void()> wake);
+  explicit ControlWatch(std::function<void()> wake, std::function<void()> on_start = {},
+                        std::function<void()> on_stop = {});
   /// Stops and joins the thread: `wake` is not running and will not run again.
   ~ControlWatch();
   ControlWatch(const ControlWatch&) = delete;
@@ -78,6 +90,7 @@ class ControlWatch {
   void run() noexcept;
 
   std::function<void()> wake_;
+  std::function<void()> on_stop_;
   net::Fd epoll_;
   net::Fd stop_;
   std::thread thread_;

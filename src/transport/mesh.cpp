@@ -17,9 +17,13 @@ void MeshImpl::attach(int peer, Control control, std::unique_ptr<Endpoint> ep) {
 
 void MeshImpl::adopt_shm(std::unique_ptr<shm::Context> ctx, std::vector<int> local) {
   shm_ = std::move(ctx);
-  // A rank sleeping on its doorbell hears of a peer's death only through the peer's control
-  // socket: the watch rings the doorbell when one has news.
-  watch_ = std::make_unique<ControlWatch>([shm = shm_.get()] { shm->ring_self(); });
+  // A rank sleeping on its doorbell hears of a peer's death through the peer's life lock (a
+  // dead holder's lock wakes it), or through the peer's control socket: the watch rings the
+  // doorbell when one has news. The watch's thread lives as long as the mesh, so it holds
+  // this rank's life lock.
+  watch_ = std::make_unique<ControlWatch>([shm = shm_.get()] { shm->ring_self(); },
+                                          [shm = shm_.get()] { shm->hold_life(); },
+                                          [shm = shm_.get()] { shm->release_life(); });
   for (const Control& c : controls_)
     if (c.watched()) watch_->watch(c.fd());
   regions_ = std::make_shared<RegionPool>(rank_, std::move(local));

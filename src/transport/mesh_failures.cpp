@@ -12,12 +12,26 @@ void MeshImpl::check_controls(int timeout_ms) {
   pfds_.clear();
   for (const Control& c : controls_)
     if (c.watched()) pfds_.push_back({c.fd(), POLLIN | POLLRDHUP, 0});
-  if (!pfds_.empty() && ::poll(pfds_.data(), pfds_.size(), timeout_ms) > 0) read_controls();
+  if (!pfds_.empty() && ::poll(pfds_.data(), pfds_.size(), timeout_ms) > 0) {
+    read_controls();
+  } else {
+    note_ended_peers();
+  }
   raise_failed_peers();
 }
 
 void MeshImpl::read_controls() noexcept {
   for (Control& c : controls_) c.read_available();
+  note_ended_peers();  // after the sockets: a peer that said BYE and then ended is not lost
+}
+
+void MeshImpl::note_ended_peers() noexcept {
+  if (shm_) {
+    for (int p : shm_->ended_peers())
+      controls_[static_cast<std::size_t>(p)].mark_lost(
+          "its process ended without closing its communicator: the kernel released the "
+          "shared-memory lock it held");
+  }
 }
 
 std::vector<int> MeshImpl::dead_peers() noexcept {

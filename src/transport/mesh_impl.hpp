@@ -162,6 +162,8 @@ class MeshImpl final : public Mesh, private PeerFailureHandler {
   /// failed peer.
   void check_controls(int timeout_ms);
   void read_controls() noexcept;
+  // Marks lost the shared-memory peers whose life lock the kernel released (shm::Context).
+  void note_ended_peers() noexcept;
   /// Throws for a peer that died or aborted (the state stays, so every later wait that
   /// needs to block throws too). What it sent before is still delivered: a wait that can
   /// finish with the data at hand finishes. A death seen directly is reported before an

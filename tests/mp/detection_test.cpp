@@ -1,7 +1,8 @@
 // A rank SIGKILLed at any moment — at each step of communicator setup, between collectives,
-// inside a split — makes every survivor fail with PeerLost naming it, within seconds (the
-// mid-collective case is in fault_test.cpp). The 10 s bounds are never-hang checks: with
-// TANDEM_TIMEOUT=60 a missed detection would only end at the timeout.
+// inside a split, with a forked child holding its sockets — makes every survivor fail with
+// PeerLost naming it, within seconds (the mid-collective case is in fault_test.cpp). The 10 s
+// bounds are never-hang checks: with TANDEM_TIMEOUT=60 a missed detection would only end at the
+// timeout.
 
 #include "mp_util.hpp"
 #include "support/temp_dir.hpp"
@@ -275,6 +276,57 @@ void wait_for_stall_warning(const std::string& log) {
     ASSERT_LT(Clock::now(), deadline) << "no stall warning in " << read_file(log);
     std::this_thread::sleep_for(20ms);
   }
+}
+
+// On one host a rank's death is seen through its shared-memory life lock, which the kernel
+// releases as the process ends: a child it forked that keeps its sockets and its store
+// connection open (as a DataLoader worker does) does not hide it. The child ends only once
+// both survivors have seen the death (rank 0 then opens the fifo it waits on), so nothing
+// else can have told them: without the lock they would wait for TANDEM_TIMEOUT.
+TEST(KilledOnOneHost, AForkedChildHoldingTheDeadRanksSocketsDoesNotHideItsDeath) {
+  testing::TempDir dir;
+  const std::string release = dir.fifo("release");
+  const auto exits = testing::run_ranks(
+      3,
+      [&](const testing::RankContext& ctx) {
+        auto comm = connect(ctx);
+        auto store = ctx.store();
+        std::vector<float> v(1024, 1.0f);
+        auto view = BufferView::of(std::span<float>(v));
+        comm->allreduce(view, ReduceOp::sum);
+        if (ctx.rank == 1) {
+          if (::fork() == 0) {  // only async-signal-safe calls here
+            ::alarm(120);       // outlives a failed test by at most this
+            const int fd = ::open(release.c_str(), O_RDONLY);  // returns once rank 0 opens it
+            ::_exit(fd >= 0 ? 0 : 1);
+          }
+          ::raise(SIGKILL);
+        }
+        std::string lost;
+        expect_peer_lost(
+            ctx,
+            [&] {
+              try {
+                comm->allreduce(view, ReduceOp::sum);
+              } catch (const Error& e) {
+                lost = e.message();
+                throw;
+              }
+            },
+            "in allreduce #1");
+        EXPECT_TRUE(contains(lost, "the kernel released the shared-memory lock")) << lost;
+        store->set(fmt::format("seen/{}", ctx.rank), "1");
+        if (ctx.rank != 0) return;
+        store->wait(std::vector<std::string>{"seen/0", "seen/2"});
+        const int fd = ::open(release.c_str(), O_WRONLY | O_NONBLOCK);
+        EXPECT_GE(fd, 0) << "the dead rank's child is no longer waiting";
+        if (fd >= 0) ::close(fd);
+      },
+      run_options("shm"));
+  ASSERT_EQ(exits.size(), 3u);
+  EXPECT_TRUE(exits[0].ok()) << testing::describe(exits[0]);
+  EXPECT_EQ(exits[1].signal, SIGKILL) << testing::describe(exits[1]);
+  EXPECT_TRUE(exits[2].ok()) << testing::describe(exits[2]);
 }
 
 // TANDEM_STALL_WARN: rank 2 stays out of allreduce #1 until rank 0 has logged who is

@@ -4,6 +4,7 @@
 #include "comm/choice/tuning.hpp"
 #include "comm/diag/validate.hpp"
 #include "comm/impl.hpp"
+#include "core/futex.hpp"
 #include "core/memory.hpp"
 #include "core/net.hpp"
 #include "core/prefault.hpp"
@@ -362,6 +363,9 @@ std::unique_ptr<Communicator::Impl> build(std::shared_ptr<store::Store> store, i
     store = std::make_shared<store::HashStore>();
   }
 
+  // The kernel's registration for asymmetric fences waits out an RCU grace period in a
+  // process with threads: begun now, it overlaps the rendezvous.
+  if (size > 1) core::start_fence_registration();
   auto impl = std::make_unique<Communicator::Impl>();
   impl->id.rank = rank;
   impl->id.size = size;

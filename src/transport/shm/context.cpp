@@ -189,6 +189,61 @@ bool Context::peer_on_cpu(int cpu) const noexcept {
   });
 }
 
+void Context::hold_life() {
+  const int rc = ::pthread_mutex_lock(&own_view_.life->mutex);
+  if (rc != 0)
+    TANDEM_THROW(ErrorCode::Internal, "cannot take the shared-memory segment's life lock: {}",
+                 errno_text(rc));
+  holding_life_ = true;
+}
+
+void Context::release_life() noexcept {
+  if (!holding_life_) return;
+  holding_life_ = false;
+  ::pthread_mutex_unlock(&own_view_.life->mutex);
+}
+
+std::vector<int> Context::ended_peers() noexcept {
+  std::vector<int> out;
+  for (Peer& p : peers_) {
+    auto& word = life_word(*p.view.life);
+    if (!p.ended && (word.load(std::memory_order_acquire) & FUTEX_OWNER_DIED) != 0) {
+      p.ended = true;
+      // The kernel wakes one waiter of a dead holder's lock: this one wakes the rest.
+      core::futex_wake_all(&word);
+    }
+    if (p.ended) {
+      if (out.capacity() == 0) out.reserve(peers_.size());
+      out.push_back(p.rank);
+    }
+  }
+  return out;
+}
+
+void Context::wait_bell(std::uint32_t seen, std::chrono::nanoseconds slice) noexcept {
+  auto& bell = own_view_.doorbell->value;
+  waiters_.clear();
+  waiters_.push_back({&bell, seen});
+  for (Peer& p : peers_) {
+    if (waiters_.size() == 128) break;  // futex_waitv's limit: the rest are seen by sockets
+    if (p.ended) continue;              // seen already (it may have said goodbye first)
+    auto& word = life_word(*p.view.life);
+    std::uint32_t v = word.load(std::memory_order_acquire);
+    if ((v & FUTEX_OWNER_DIED) != 0) return;  // ended: the caller's next check notes it
+    if ((v & FUTEX_TID_MASK) == 0) continue;  // not held (yet, or any more): nothing to hear
+    // The kernel wakes a waiter of a dead holder's lock only when FUTEX_WAITERS is set, as a
+    // contending locker sets it; the holder's unlock at close wakes us then too.
+    if ((v & FUTEX_WAITERS) == 0 &&
+        !word.compare_exchange_strong(v, v | FUTEX_WAITERS, std::memory_order_acq_rel)) {
+      if ((v & FUTEX_OWNER_DIED) != 0) return;
+      continue;  // changed meanwhile: looked at again in the next slice
+    }
+    waiters_.push_back({&word, v | FUTEX_WAITERS});
+  }
+  if (waiters_.size() == 1 || !core::futex_wait_any(waiters_, slice))
+    core::futex_wait(&bell, seen, slice);
+}
+
 void Context::ring_self() noexcept {
   own_view_.doorbell->value.fetch_add(1, std::memory_order_release);
   core::futex_wake_all(&own_view_.doorbell->value);

@@ -77,7 +77,7 @@ class Context {
       ~Awake() { flag.store(0, std::memory_order_relaxed); }
     } awake{sleeping};
     if (progress()) return true;
-    core::futex_wait(&bell, seen, slice);
+    wait_bell(seen, slice);
     return false;
   }
   /// Publishes the CPU this rank's waiting thread runs on (sched_getcpu()) for its peers.
@@ -91,6 +91,16 @@ class Context {
   std::uint64_t woken() const noexcept { return woken_; }
   /// Whether a peer last published `cpu` as the CPU it waits on.
   bool peer_on_cpu(int cpu) const noexcept;
+  /// Takes this rank's life lock (LifeLine) on the calling thread, which then must call
+  /// release_life() before it ends and before this context is destroyed (the lock is on that
+  /// thread's robust list, in memory that the destructor unmaps); peers read the thread's end
+  /// without it as this process's death.
+  void hold_life();
+  void release_life() noexcept;
+  /// The peers whose life lock the kernel released as its holder ended (their process died,
+  /// or exited without closing), in attach order; every sleeper on those locks is woken too.
+  /// Empty, without allocating, while all live.
+  std::vector<int> ended_peers() noexcept;
   /// Wakes this rank if it sleeps on its doorbell (another thread aborted the mesh).
   void ring_self() noexcept;
   /// Wakes every peer that sleeps on its doorbell, so it reads the control frame just sent
@@ -106,7 +116,11 @@ class Context {
     Mapping channel;
     SegmentView view;
     ChannelView outbound;
+    bool ended = false;  ///< its life lock was seen released by the kernel
   };
+
+  // Sleeps on the doorbell while it holds `seen`, and on the peers' life locks, at most `slice`.
+  void wait_bell(std::uint32_t seen, std::chrono::nanoseconds slice) noexcept;
 
   int rank_;
   bool asymmetric_ = false;  ///< core::asymmetric_fences(), published in the segment header
@@ -116,6 +130,8 @@ class Context {
   SegmentView own_view_;
   std::vector<Peer> peers_;
   std::uint64_t woken_ = 0;
+  bool holding_life_ = false;
+  std::vector<core::FutexWaiter> waiters_;  ///< wait_bell()'s, reused
 };
 
 }  // namespace tandem::transport::shm

@@ -1,5 +1,7 @@
 #include "transport/shm/wire.hpp"
 
+#include "transport/endpoint.hpp"
+
 #include <tandem/error.hpp>
 
 #include <algorithm>
@@ -16,6 +18,9 @@ constexpr std::uint32_t kSlots = 64;
 constexpr std::uint64_t kMinSlotBytes = 4 * kLine;
 constexpr std::uint64_t kMaxSlotBytes = 1ull << 30;  // SlotHeader::chunk_bytes is 32 bits
 constexpr std::size_t kWordLines = 3;                // doorbell, sleeping, cpu
+// The header, the word lines and the life line: the channel table starts there.
+constexpr std::size_t kHeadBytes =
+    sizeof(SegmentHeader) + kWordLines * sizeof(WordLine) + sizeof(LifeLine);
 
 constexpr std::size_t round_up(std::size_t v, std::size_t a) noexcept {
   return (v + a - 1) / a * a;
@@ -25,12 +30,10 @@ std::size_t table_bytes(std::size_t channels) noexcept {
   return round_up(channels * sizeof(ChannelDesc), kLine);
 }
 std::size_t header_bytes(std::size_t channels) noexcept {
-  return round_up(sizeof(SegmentHeader) + kWordLines * sizeof(WordLine) + table_bytes(channels),
-                  kPage);
+  return round_up(kHeadBytes + table_bytes(channels), kPage);
 }
 ChannelDesc* table(void* base) noexcept {
-  return reinterpret_cast<ChannelDesc*>(static_cast<std::byte*>(base) + sizeof(SegmentHeader) +
-                                        kWordLines * sizeof(WordLine));
+  return reinterpret_cast<ChannelDesc*>(static_cast<std::byte*>(base) + kHeadBytes);
 }
 
 // The consumed line and the slot headers, padded to a page: the small areas start there.
@@ -73,6 +76,16 @@ void format_segment(void* base, int owner, std::span<const int> senders, const G
   new (&lines[0]) WordLine{};
   new (&lines[1]) WordLine{};
   new (&lines[2]) WordLine{};
+  auto* life = new (&lines[kWordLines]) LifeLine{};
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+  const int rc = pthread_mutex_init(&life->mutex, &attr);
+  pthread_mutexattr_destroy(&attr);
+  if (rc != 0)
+    TANDEM_THROW(ErrorCode::Internal, "cannot make the shared-memory segment's life lock: {}",
+                 errno_text(rc));
   ChannelDesc* t = table(base);
   std::uint64_t offset = header_bytes(senders.size());
   for (std::size_t i = 0; i < senders.size(); ++i) {
@@ -104,7 +117,8 @@ SegmentView view_segment(void* base, std::size_t mapped_bytes, std::size_t file_
                  "{} channels; {} bytes, file {})",
                  name, h->owner_rank, owner, h->channel_count, h->total_bytes, file_bytes);
   auto* lines = reinterpret_cast<WordLine*>(h + 1);
-  return SegmentView{h, &lines[0], &lines[1], &lines[2]};
+  return SegmentView{h, &lines[0], &lines[1], &lines[2],
+                     reinterpret_cast<LifeLine*>(&lines[kWordLines])};
 }
 
 ChannelDesc find_channel(const SegmentView& seg, std::size_t file_bytes, int sender,

@@ -3,7 +3,8 @@
 // doorbell and one INBOUND channel per same-host peer (the channel a sender writes lives
 // in the receiver's segment, so a receiver reads only its own memory):
 //
-//   [SegmentHeader][doorbell line][sleeping line][cpu line][ChannelDesc x C, padded to a line]
+//   [SegmentHeader][doorbell line][sleeping line][cpu line][life line]
+//   [ChannelDesc x C, padded to a line]
 //   [channel 0, page aligned][channel 1]...
 //   channel: [consumed line][SlotHeader line x slots][pad to a page]
 //            [small area x slots, kSmallBytes each][pad to a page][slot 0 data][slot 1 data]...
@@ -20,6 +21,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <pthread.h>
 #include <span>
 #include <string>
 
@@ -27,7 +29,7 @@ namespace tandem::transport::shm {
 
 inline constexpr std::size_t kLine = 64;
 inline constexpr std::uint32_t kMagic = 0x53444e54;  // "TNDS"
-inline constexpr std::uint32_t kVersion = 3;
+inline constexpr std::uint32_t kVersion = 4;
 inline constexpr std::size_t kInlineBytes = 40;
 inline constexpr std::size_t kSmallBytes = 1024;
 inline constexpr std::uint32_t kMaxChannels = 4096;
@@ -49,6 +51,22 @@ struct alignas(kLine) SegmentHeader {
 struct alignas(kLine) WordLine {
   std::atomic<std::uint32_t> value;
 };
+
+/// The owner's life: a robust, process-shared mutex that a thread of the owner holds for as
+/// long as its mesh lives (Context::hold_life). When that thread ends holding it (the process
+/// was killed, crashed or exited without closing), the kernel sets FUTEX_OWNER_DIED in its
+/// futex word and wakes a waiter as the thread exits, before the process's memory is torn
+/// down: for a large process that is long before its sockets close, and a child it forked
+/// that keeps them open does not hide it.
+struct alignas(kLine) LifeLine {
+  pthread_mutex_t mutex;
+};
+
+/// The mutex's futex word (glibc: its first member; the kernel's robust-list protocol: the
+/// holder's TID, FUTEX_WAITERS and FUTEX_OWNER_DIED).
+inline std::atomic<std::uint32_t>& life_word(LifeLine& l) noexcept {
+  return *reinterpret_cast<std::atomic<std::uint32_t>*>(&l.mutex);
+}
 
 struct ChannelDesc {
   std::int32_t sender;
@@ -72,6 +90,10 @@ struct alignas(kLine) ChannelHeader {
 
 static_assert(sizeof(SlotHeader) == kLine);
 static_assert(sizeof(WordLine) == kLine && sizeof(ChannelHeader) == kLine);
+static_assert(sizeof(LifeLine) == kLine);
+#ifdef __GLIBC__
+static_assert(offsetof(pthread_mutex_t, __data.__lock) == 0);
+#endif
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 
 /// Slot count and size of one channel of `buffer_bytes` (TANDEM_BUFFSIZE).
@@ -119,6 +141,7 @@ struct SegmentView {
   WordLine* doorbell = nullptr;
   WordLine* sleeping = nullptr;
   WordLine* cpu = nullptr;  ///< the CPU its owner last waited on, + 1 (0: not known)
+  LifeLine* life = nullptr;
 };
 /// How much of a segment a peer maps to read its header and channel table.
 std::size_t max_header_bytes() noexcept;
