@@ -20,9 +20,8 @@ from conftest import run_ranks  # noqa: E402
 
 WORKER = os.path.join("..", "frameworks", "workers", "deepspeed_zero.py")
 STAGES = ["1", "2", "3"]
-# DeepSpeed JIT-compiles its CPU shared-memory op (deepspeed_shm_comm, used for inference
-# all_reduce only) when a TorchBackend is made: ~110 s on 2 cores the first time, then cached in
-# ~/.cache/torch_extensions.
+# The worker keeps DeepSpeed from JIT-compiling its CPU shared-memory op (deepspeed_shm_comm,
+# used for inference all_reduce only): ~110 s on 2 cores on a fresh machine.
 TIMEOUT = 600
 STEPS = 6
 ENV = {"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "DS_STEPS": str(STEPS)}
