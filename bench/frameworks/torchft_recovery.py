@@ -4,6 +4,7 @@ ProcessGroupTandem and on torchft's ProcessGroupGloo.
 
     PYTHONPATH=build/python OMP_NUM_THREADS=1 .venv/bin/python \\
         bench/frameworks/torchft_recovery.py [--replicas 3] [--trials 3] [--heartbeat-ms 1000]
+        [--heal]
 
 Each trial starts --replicas replica groups of one rank on 127.0.0.1 (torchft's Manager, the
 lighthouse in this process, min_replicas = replicas - 1) training a small MLP: each step the
@@ -28,6 +29,22 @@ every survivor and trial:
   row: backend=B replicas=N heartbeat_ms=H samples=S kill_to_pg_error_ms=.. kill_to_error_ms=..
        kill_to_quorum_ms=.. configure_ms=.. kill_to_commit_ms=.. first_configure_ms=..
        (medians; first_configure: the first quorum's group, all N replicas)
+
+--heal: the parent starts the victim's replica again as soon as it is killed (a new process,
+the same replica id); the survivors train on until a step is committed by every replica again.
+The new replica heals from a peer (torchft's default checkpoint transport) in its first
+quorum, and reports, from its process start:
+
+  heal: spawn_to_ready    start to its Manager made (Python, torch and torchft imported)
+        ready_to_quorum   to the start of configure() for the quorum that admits it
+        configure         that configure() (all N replicas)
+        quorum_to_state   configure()'s start to its load_state_dict being called: the
+                          group made, the peer's state fetched
+        load              load_state_dict itself
+        state_to_commit   to its first committed step
+        spawn_to_commit, kill_to_commit
+
+  heal-row: the medians of those over the trials.
 """
 import argparse
 import json
@@ -112,10 +129,17 @@ def worker(cfg):
     control = TCPStore("127.0.0.1", cfg["control_port"], is_master=False,
                        wait_for_workers=False, timeout=timeout)
     store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)  # noqa: F841
+    loads = []
+
+    def load_state_dict(sd):
+        t0 = time.monotonic()
+        model.load_state_dict(sd["model"])
+        opt.load_state_dict(sd["opt"])
+        loads.append({"start": t0, "s": time.monotonic() - t0})
+
     manager = Manager(
         pg=pg, min_replica_size=1, replica_id=f"replica_{cfg['replica']}",
-        load_state_dict=lambda sd: (model.load_state_dict(sd["model"]),
-                                    opt.load_state_dict(sd["opt"])),
+        load_state_dict=load_state_dict,
         state_dict=lambda: {"model": model.state_dict(), "opt": opt.state_dict()},
         store_addr="127.0.0.1", store_port=store.port, rank=0, world_size=1,
         lighthouse_addr=cfg["lighthouse"], hostname="127.0.0.1", timeout=timeout,
@@ -128,14 +152,18 @@ def worker(cfg):
         report_error(e)
 
     manager.report_error = timed_report_error
-    control.set(f"ready/{cfg['replica']}", "1")
-    control.wait([f"ready/{r}" for r in range(cfg["replicas"])], timeout)
+    ready = time.monotonic()
+    healing = cfg.get("healing", False)  # the victim's replacement (--heal)
+    if not healing:
+        control.set(f"ready/{cfg['replica']}", "1")
+        control.wait([f"ready/{r}" for r in range(cfg["replicas"])], timeout)
 
-    victim = cfg["replica"] == cfg["replicas"] - 1
+    victim = cfg["replica"] == cfg["replicas"] - 1 and not healing
     commits = []
     after = 0
+    rejoined = False  # --heal: a step committed by every replica again, after the kill
     g = torch.Generator().manual_seed(cfg["replica"])
-    while after < cfg["after"]:
+    while (not healing and after < cfg["after"]) or (cfg["heal"] and not rejoined):
         step = manager.current_step()
         manager.start_quorum()
         opt.zero_grad()
@@ -154,9 +182,12 @@ def worker(cfg):
                             "participants": manager.num_participants()})
             if commits[-1]["participants"] < cfg["replicas"]:
                 after += 1
+            elif after > 0 or healing:
+                rejoined = True
     with open(cfg["report"], "w") as f:
         json.dump({"configures": configures, "made": made, "errors": errors, "commits": commits,
-                   "failed_works": failed_works}, f)
+                   "failed_works": failed_works, "loads": loads, "ready": ready,
+                   "spawned": cfg.get("spawned")}, f)
     pg.shutdown()
     manager.shutdown(wait=False)
 
@@ -172,20 +203,28 @@ def trial(backend, args, tmp):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     procs = []
     try:
-        for r in range(args.replicas):
-            cfg = {"backend": backend, "replica": r, "replicas": args.replicas,
-                   "lighthouse": addr, "control_port": control.port, "warm": args.warm,
-                   "after": args.after, "report": os.path.join(tmp, f"{backend}{r}.json")}
-            log = open(os.path.join(tmp, f"{backend}{r}.log"), "w")
+        def spawn(name, **extra):
+            cfg = {"backend": backend, "replicas": args.replicas, "lighthouse": addr,
+                   "control_port": control.port, "warm": args.warm, "after": args.after,
+                   "heal": args.heal, "report": os.path.join(tmp, f"{backend}{name}.json"),
+                   **extra}
+            log = open(os.path.join(tmp, f"{backend}{name}.log"), "w")
             procs.append(subprocess.Popen([sys.executable, __file__, "--worker", json.dumps(cfg)],
                                           env=env, stdout=log, stderr=subprocess.STDOUT))
             log.close()
+
+        for r in range(args.replicas):
+            spawn(r, replica=r)
+        if args.heal:  # the victim's replacement, started at once after the kill
+            control.wait(["killed_at"], timedelta(seconds=WORKER_TIMEOUT))
+            spawn("healed", replica=args.replicas - 1, healing=True, spawned=time.monotonic())
         for r, p in enumerate(procs):
             rc = p.wait(timeout=WORKER_TIMEOUT)
             want = -signal.SIGKILL if r == args.replicas - 1 else 0
             if rc != want:
-                with open(os.path.join(tmp, f"{backend}{r}.log")) as f:
-                    sys.exit(f"replica {r} on {backend} exited {rc}:\n{f.read()[-4000:]}")
+                name = "healed" if r == args.replicas else r
+                with open(os.path.join(tmp, f"{backend}{name}.log")) as f:
+                    sys.exit(f"replica {name} on {backend} exited {rc}:\n{f.read()[-4000:]}")
     finally:
         for p in procs:
             if p.poll() is None:
@@ -206,6 +245,17 @@ def trial(backend, args, tmp):
                      "configure": conf["s"], "create_pg": made["s"], "kill_to_commit": commit["at"] - killed,
                      "first_configure": rep["configures"][0]["s"], "error": err["error"],
                      "world": conf["world"]})
+    if args.heal:
+        with open(os.path.join(tmp, f"{backend}healed.json")) as f:
+            rep = json.load(f)
+        spawned, conf, load = rep["spawned"], rep["configures"][0], rep["loads"][0]
+        commit = rep["commits"][0]
+        rows.append({"heal": True, "spawn_to_ready": rep["ready"] - spawned,
+                     "ready_to_quorum": conf["start"] - rep["ready"], "configure": conf["s"],
+                     "quorum_to_state": load["start"] - conf["start"], "load": load["s"],
+                     "state_to_commit": commit["at"] - load["start"] - load["s"],
+                     "spawn_to_commit": commit["at"] - spawned,
+                     "kill_to_commit": commit["at"] - killed, "world": conf["world"]})
     return rows
 
 
@@ -219,6 +269,8 @@ def main():
                    help="the lighthouse's heartbeat timeout (torchft's default: 5000)")
     p.add_argument("--warm", type=int, default=5, help="steps before the kill")
     p.add_argument("--after", type=int, default=3, help="steps the survivors commit after it")
+    p.add_argument("--heal", action="store_true",
+                   help="start the victim again at once; it heals from a peer (see above)")
     args = p.parse_args()
     if args.worker:
         worker(json.loads(args.worker))
@@ -226,12 +278,20 @@ def main():
     keys = ["kill_to_pg_error", "kill_to_error", "kill_to_quorum", "configure", "create_pg",
             "kill_to_commit",
             "first_configure"]
-    everything = {}
+    heal_keys = ["spawn_to_ready", "ready_to_quorum", "configure", "quorum_to_state", "load",
+                 "state_to_commit", "spawn_to_commit", "kill_to_commit"]
+    everything, healed = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         for t in range(args.trials):
             for backend in args.backends.split(","):
                 rows = trial(backend, args, tmp)
+                healed.setdefault(backend, []).extend(r for r in rows if r.get("heal"))
+                rows = [r for r in rows if not r.get("heal")]
                 everything.setdefault(backend, []).extend(rows)
+                for row in healed.get(backend, [])[-1:] if args.heal else []:
+                    print(f"heal: {t} backend={backend} world={row['world']} "
+                          + " ".join(f"{k}_ms={row[k] * 1e3:.1f}" for k in heal_keys),
+                          flush=True)
                 for row in rows:
                     print(f"trial: {t} backend={backend} world_after={row['world']} "
                           + " ".join(f"{k}_ms={row[k] * 1e3:.1f}" for k in keys)
@@ -241,6 +301,10 @@ def main():
               f"samples={len(rows)} "
               + " ".join(f"{k}_ms={statistics.median(r[k] for r in rows) * 1e3:.1f}"
                          for k in keys), flush=True)
+    for backend, rows in healed.items():
+        print(f"heal-row: backend={backend} samples={len(rows)} "
+              + " ".join(f"{k}_ms={statistics.median(r[k] for r in rows) * 1e3:.1f}"
+                         for k in heal_keys), flush=True)
 
 
 if __name__ == "__main__":
