@@ -10,11 +10,13 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <fcntl.h>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <regex>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace tandem::testing {
@@ -501,6 +503,51 @@ TEST_F(TandemrunMultiNode, ElasticRunGoesOnWithTheRemainingNodeWhenANodeIsLost) 
   EXPECT_NE(ra.err.find("round 1: 1 node(s), world size 2; this is node 0 (ranks 0..1)"),
             std::string::npos)
       << ra.err;
+  EXPECT_EQ(ra.err.find("===="), std::string::npos) << "no failure summary:\n" << ra.err;
+  b->wait(kExit);
+}
+
+// --on-worker-loss continue: node 1's host dies (its tandemrun is killed, its workers go with
+// it), and node 0's worker runs on without its rank; the run succeeds when that worker exits 0.
+// The worker waits on a fifo that the test opens only once node 0 has said it goes on.
+TEST_F(TandemrunMultiNode, UnderContinueALostNodeLeavesTheOtherNodesWorkersRunning) {
+  char dir[] = "/tmp/tandem-mn-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string go = std::string(dir) + "/go";
+  ASSERT_EQ(::mkfifo(go.c_str(), 0600), 0);
+  const std::string script =
+      fmt::format("echo ready $$; if [ $RANK = 0 ]; then exec cat {}; fi; exec sleep 1000", go);
+  const std::vector<std::string> args{"--nproc-per-node",
+                                      "1",
+                                      "--monitor-interval",
+                                      "0.2",
+                                      "--on-worker-loss",
+                                      "continue",
+                                      "/bin/sh",
+                                      "-c",
+                                      script};
+  auto a = node(0, args);
+  auto b = node(1, args);
+  ASSERT_TRUE(wait_ready(*a, 1)) << a->err();
+  ASSERT_TRUE(wait_ready(*b, 1)) << b->err();
+  ASSERT_EQ(::kill(b->pid(), SIGKILL), 0);
+  const std::string goes_on =
+      "the workers of this node go on without its ranks (--on-worker-loss continue)";
+  ASSERT_TRUE(
+      a->wait_for([&](const std::string&,
+                      const std::string& err) { return err.find(goes_on) != std::string::npos; },
+                  kExit))
+      << a->err();
+  // Only now may node 0's worker end: the fifo's reader (cat) is there, so this does not wait.
+  const int fd = ::open(go.c_str(), O_WRONLY | O_NONBLOCK);
+  EXPECT_GE(fd, 0) << "node 0's worker no longer reads " << go;
+  if (fd >= 0) ::close(fd);
+  const auto ra = a->wait(kExit);
+  ::unlink(go.c_str());
+  ::rmdir(dir);
+  ASSERT_FALSE(ra.timed_out) << ra.err;
+  EXPECT_EQ(ra.exit_code, 0) << ra.err;
+  EXPECT_NE(ra.err.find("exited 0 after losing node 1 ("), std::string::npos) << ra.err;
   EXPECT_EQ(ra.err.find("===="), std::string::npos) << "no failure summary:\n" << ra.err;
   b->wait(kExit);
 }

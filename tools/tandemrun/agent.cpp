@@ -297,7 +297,8 @@ std::map<int, std::string> Agent::watched_peers() const {
 
 void Agent::start_watcher() {
   watcher_ = std::make_unique<Watcher>(session_->connect(), session_->keys(), assignment_.node_rank,
-                                       coordinator(), watched_peers(), options_.monitor_interval);
+                                       coordinator(), watched_peers(), options_.monitor_interval,
+                                       options_.continue_on_worker_loss);
 }
 
 int Agent::event_fd() const {
@@ -335,7 +336,11 @@ RoundEnd Agent::publish_shutdown(int sig) {
 
 std::optional<RoundEnd> Agent::publish_success() {
   const auto done = session_->store().add(session_->keys().done(round_), 1);
-  if (done < assignment_.nnodes()) return std::nullopt;
+  // Nodes lost without ending the round (--on-worker-loss continue) count as done.
+  const auto lost = options_.continue_on_worker_loss
+                        ? session_->store().add(session_->keys().lost(round_), 0)
+                        : 0;
+  if (done + lost < assignment_.nnodes()) return std::nullopt;
   RoundEnd end;
   end.kind = RoundEnd::Kind::success;
   end.node = assignment_.node_rank;

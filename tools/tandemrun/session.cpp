@@ -68,6 +68,9 @@ std::string Keys::end(int r) const {
 std::string Keys::done(int r) const {
   return round(r) + "/done";
 }
+std::string Keys::lost(int r) const {
+  return round(r) + "/lost";
+}
 std::string Keys::report(int r, int node) const {
   return fmt::format("{}/report/{}", round(r), node);
 }

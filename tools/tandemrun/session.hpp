@@ -33,8 +33,10 @@ struct Keys {
   std::string current() const;                 ///< the last round node 0 closed
   std::string end(int r) const;                ///< how round r ended (first writer wins)
   std::string done(int r) const;               ///< nodes whose workers all succeeded
-  std::string report(int r, int node) const;   ///< a node's report once its workers stopped
-  std::string verdict(int r) const;            ///< node 0's decision after a failed round
+  /// Nodes lost in round r that did not end it (--on-worker-loss continue): they count as done.
+  std::string lost(int r) const;
+  std::string report(int r, int node) const;  ///< a node's report once its workers stopped
+  std::string verdict(int r) const;           ///< node 0's decision after a failed round
   std::string heartbeat(int node) const;
   std::string bye(int node) const;  ///< a node leaving after success
   std::string over() const;         ///< the run's exit code, once node 0 decided it

@@ -278,6 +278,12 @@ void Supervisor::report_success() {
   std::vector<std::string> lost;
   for (const auto& w : workers_)
     if (w->lost) lost.push_back(fmt::format("rank {} {}", w->rank, w->describe_status()));
+  if (!lost_nodes_.empty()) {
+    note(
+        fmt::format("the workers of this node exited 0 after losing {} and going on without "
+                    "its ranks (--on-worker-loss continue)",
+                    fmt::join(lost_nodes_, ", ")));
+  }
   if (!lost.empty()) {
     note(
         fmt::format("the other workers of this node exited 0 after losing {} worker(s) ({}) "
@@ -397,8 +403,15 @@ void Supervisor::on_events() {
         break;
       case WatchEvent::Kind::node_lost:
         // Node 0 ends the round itself (the end arrives as an event); the others lose node 0.
-        if (e.node == 0 && assignment_.node_rank != 0)
+        if (e.node == 0 && assignment_.node_rank != 0) {
           cut_off(fmt::format("node 0 ({}) hosting the store is gone: {}", e.host, e.value));
+        } else if (options_.continue_on_worker_loss) {
+          lost_nodes_.push_back(fmt::format("node {} ({})", e.node, e.host));
+          note(
+              fmt::format("node {} ({}) lost: {}; the workers of this node go on without its "
+                          "ranks (--on-worker-loss continue)",
+                          e.node, e.host, e.value));
+        }
         break;
     }
   }

@@ -139,8 +139,9 @@ class Supervisor {
   RunLink& link_;
   std::string host_;
   std::vector<std::unique_ptr<Worker>> workers_;
-  tools_api::Binding binding_;  ///< CPUs of each local rank (empty: not bound)
-  int replaced_ = 0;            ///< replacements started (--max-replacements)
+  tools_api::Binding binding_;           ///< CPUs of each local rank (empty: not bound)
+  int replaced_ = 0;                     ///< replacements started (--max-replacements)
+  std::vector<std::string> lost_nodes_;  ///< "node N (host)" lost under --on-worker-loss continue
 
   Clock::time_point start_ = Clock::now();
   int running_ = 0;

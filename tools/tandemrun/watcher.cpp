@@ -27,11 +27,13 @@ constexpr int kLostIntervals = 5;
 }  // namespace
 
 Watcher::Watcher(std::unique_ptr<store::Store> store, Keys keys, int node, bool coordinator,
-                 const std::map<int, std::string>& peers, std::chrono::milliseconds interval)
+                 const std::map<int, std::string>& peers, std::chrono::milliseconds interval,
+                 bool go_on)
     : store_(std::move(store)),
       keys_(std::move(keys)),
       node_(node),
       coordinator_(coordinator),
+      go_on_(go_on),
       interval_(interval),
       lost_after_(std::max<std::chrono::milliseconds>(kMinLostAfter, interval * kLostIntervals)) {
   event_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
@@ -187,7 +189,18 @@ void Watcher::check_peers() {
       std::lock_guard lock(mu_);
       round = round_;
     }
-    if (coordinator_ && round >= 0) {
+    if (coordinator_ && round >= 0 && go_on_) {
+      // The lost node counts as done; if it was the last one not done, the round is over.
+      // (Agent::publish_success adds to done, then reads lost: one of the two sees both.)
+      const std::int64_t lost = store_->add(keys_.lost(round), 1);
+      const std::int64_t done = store_->add(keys_.done(round), 0);
+      if (done + lost >= static_cast<std::int64_t>(peers_.size()) + 1) {
+        RoundEnd end;
+        end.kind = RoundEnd::Kind::success;
+        end.node = node_;
+        store_->compare_set(keys_.end(round), "", end.to_json());
+      }
+    } else if (coordinator_ && round >= 0) {
       RoundEnd end;
       end.kind = RoundEnd::Kind::node_lost;
       end.node = node;

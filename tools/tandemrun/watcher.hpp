@@ -37,9 +37,12 @@ struct WatchEvent {
 class Watcher {
  public:
   /// `peers`: node rank -> host name of the nodes to watch. `coordinator`: this is node 0,
-  /// which also ends the current round when a peer is lost.
+  /// which also ends the current round when a peer is lost, unless `go_on` (--on-worker-loss
+  /// continue): then the round goes on without the lost node, which counts as done
+  /// (Keys::lost), and node 0 ends it with success once every other node is done.
   Watcher(std::unique_ptr<store::Store> store, Keys keys, int node, bool coordinator,
-          const std::map<int, std::string>& peers, std::chrono::milliseconds interval);
+          const std::map<int, std::string>& peers, std::chrono::milliseconds interval,
+          bool go_on = false);
   ~Watcher();
   Watcher(const Watcher&) = delete;
   Watcher& operator=(const Watcher&) = delete;
@@ -71,6 +74,7 @@ class Watcher {
   Keys keys_;
   int node_;  // watcher thread only (after construction)
   bool coordinator_;
+  bool go_on_;
   std::chrono::milliseconds interval_;
   std::chrono::milliseconds lost_after_;
 
