@@ -404,6 +404,11 @@ void set_keepalive(int fd, int idle_s, int interval_s, int count) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
 }
 
+void set_user_timeout(int fd, int seconds) {
+  const unsigned ms = static_cast<unsigned>(seconds) * 1000u;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms);
+}
+
 namespace {
 
 // What read_full()/write_full() do after a call that moved nothing and set errno: retry

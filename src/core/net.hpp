@@ -112,6 +112,11 @@ void set_nodelay(int fd, bool on = true);
 void set_buffer_sizes(int fd, std::size_t send_bytes, std::size_t recv_bytes);
 /// Enables TCP keepalive so a silently vanished host is noticed (idle/interval in seconds).
 void set_keepalive(int fd, int idle_s = 10, int interval_s = 5, int count = 3);
+/// TCP_USER_TIMEOUT: the connection fails (ETIMEDOUT) once bytes it sent, or its keepalive
+/// probes, have gone unacknowledged for `seconds`: a cut link or a vanished host. Only for a
+/// peer that always reads (the kernel also ends a connection whose receiver leaves its window
+/// shut that long). Best effort, as set_keepalive.
+void set_user_timeout(int fd, int seconds);
 
 /// Reads exactly `n` bytes before `deadline`. Works on blocking and non-blocking fds, retries
 /// EINTR. Throws ConnectionClosed on EOF/reset, Error(Timeout) at the deadline, Error(Io)

@@ -19,6 +19,14 @@ namespace {
 // (docs/scale.md).
 constexpr auto kReplyMargin = std::chrono::seconds(30);
 
+// How long bytes sent to the server (or keepalive probes) may go unacknowledged before the
+// connection fails: a cut link or a vanished host. The kernel acknowledges what a busy server
+// has not read yet; only a large request to a server starved of CPU (its window shut) waits
+// on the server, so this is longer than the control connections' 10 s. It also bounds the
+// keepalive probes of an idle connection: as long as their default count takes (10 s idle,
+// then 3 probes 5 s apart).
+constexpr int kLinkSilence = 25;
+
 std::int64_t timeout_ms(Deadline deadline) {
   if (deadline == Deadline::max()) return -1;
   const auto left = deadline - Clock::now();
@@ -143,6 +151,7 @@ struct TcpStore::Impl {
     const auto deadline = deadline_after_ms(options.connect_timeout.count());
     fd = net::connect_tcp(host, port, deadline);
     net::set_keepalive(fd.get());
+    net::set_user_timeout(fd.get(), kLinkSilence);
     std::string token =
         options.token.empty() ? settings::get_string("TANDEM_STORE_TOKEN") : options.token;
     TANDEM_CHECK_ARG(token.size() <= proto::kMaxTokenBytes, "store token is {} bytes; at most {}",
