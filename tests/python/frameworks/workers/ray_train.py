@@ -56,7 +56,9 @@ def train_loop(config):
     model = ray.train.torch.prepare_model(model)  # DDP over the group Ray Train made
     losses = []
     t = time.perf_counter()
+    step_times = []  # each step's seconds, its report to Ray included
     for step in range(start, config["steps"]):
+        t_step = time.perf_counter()
         if step == config.get("kill_step") and rank == 1 and checkpoint is None:
             with open(os.path.join(config["out_dir"], "killed_pid"), "w") as f:
                 f.write(str(os.getpid()))
@@ -70,6 +72,7 @@ def train_loop(config):
         losses.append(loss.item())
         metrics = {"step": step, "loss": loss.item(), "resumed_from": resumed_from}
         if (step + 1) % config.get("report_every", 1) and step + 1 < config["steps"]:
+            step_times.append(time.perf_counter() - t_step)
             continue
         with tempfile.TemporaryDirectory() as d:
             if rank == 0:
@@ -78,10 +81,11 @@ def train_loop(config):
                 ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
             else:
                 ray.train.report(metrics)
+        step_times.append(time.perf_counter() - t_step)
     step_s = (time.perf_counter() - t) / max(1, config["steps"] - start)
     out = {"rank": rank, "backend": dist.get_backend(), "master_addr": os.environ["MASTER_ADDR"],
            "losses": losses, "out_dir": config["out_dir"],
-           "resumed_from": resumed_from, "step_s": step_s,
+           "resumed_from": resumed_from, "step_s": step_s, "step_times": step_times,
            "params": [p.detach().flatten().tolist() for p in model.module.parameters()]}
     with open(os.path.join(config["out_dir"], f"rank{rank}.json"), "w") as f:
         json.dump(out, f)
