@@ -22,12 +22,14 @@ on the host's monotonic clock:
                  lighthouse, which waits --heartbeat-ms for the dead replica's heartbeat
   configure      configure() of that quorum's process group (replicas - 1 ranks)
   kill->commit   the kill to the survivor's next committed step
+  step           the median time between the survivor's committed steps before the kill
+                 (every replica in; --warm sets how many): quorum, all-reduces and commit
 
 The script prints a "trial:" line per survivor, trial and backend, then the medians over
 every survivor and trial:
 
   row: backend=B replicas=N heartbeat_ms=H samples=S kill_to_pg_error_ms=.. kill_to_error_ms=..
-       kill_to_quorum_ms=.. configure_ms=.. kill_to_commit_ms=.. first_configure_ms=..
+       kill_to_quorum_ms=.. configure_ms=.. kill_to_commit_ms=.. first_configure_ms=.. step_ms=..
        (medians; first_configure: the first quorum's group, all N replicas)
 
 --heal: the parent starts the victim's replica again as soon as it is killed (a new process,
@@ -240,10 +242,13 @@ def trial(backend, args, tmp):
         conf = next(c for c in rep["configures"] if c["start"] >= killed)
         made = next(c for c in rep["made"] if c["start"] >= killed)
         commit = next(c for c in rep["commits"] if c["at"] >= killed)
+        before = [c for c in rep["commits"] if c["at"] < killed]  # every replica in
         rows.append({"kill_to_pg_error": work["at"] - killed,
                      "kill_to_error": err["at"] - killed, "kill_to_quorum": conf["start"] - killed,
                      "configure": conf["s"], "create_pg": made["s"], "kill_to_commit": commit["at"] - killed,
-                     "first_configure": rep["configures"][0]["s"], "error": err["error"],
+                     "first_configure": rep["configures"][0]["s"],
+                     "step": statistics.median(b["at"] - a["at"] for a, b in zip(before, before[1:])),
+                     "error": err["error"],
                      "world": conf["world"]})
     if args.heal:
         with open(os.path.join(tmp, f"{backend}healed.json")) as f:
@@ -276,8 +281,7 @@ def main():
         worker(json.loads(args.worker))
         return
     keys = ["kill_to_pg_error", "kill_to_error", "kill_to_quorum", "configure", "create_pg",
-            "kill_to_commit",
-            "first_configure"]
+            "kill_to_commit", "first_configure", "step"]
     heal_keys = ["spawn_to_ready", "ready_to_quorum", "configure", "quorum_to_state", "load",
                  "state_to_commit", "spawn_to_commit", "kill_to_commit"]
     everything, healed = {}, {}
