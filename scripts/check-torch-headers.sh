@@ -4,8 +4,8 @@
 # each, kept in $CACHE) and only its torch/include is unpacked. Not part of make test (the
 # downloads); run it after changing src/python or torch_compat.hpp.
 #
-#   scripts/check-torch-headers.sh                     # 2.4.1 2.5.1 2.6.0 2.7.1 2.8.0 2.9.1 2.10.0 2.11.0
-#   scripts/check-torch-headers.sh 2.9.1 2.11.0        # just these
+#   scripts/check-torch-headers.sh               # one release of each of 2.4-2.12, and 2.14.1
+#   scripts/check-torch-headers.sh 2.9.1 2.11.0  # just these
 #
 # Needs make build first (build/layers, .venv). Environment: CACHE (/tmp/torch-headers),
 # PYTHON (.venv/bin/python), CXX (c++).
@@ -15,7 +15,7 @@ CACHE=${CACHE:-/tmp/torch-headers}
 PYTHON=${PYTHON:-$PWD/.venv/bin/python}
 CXX=${CXX:-c++}
 versions=("$@")
-[ ${#versions[@]} -eq 0 ] && versions=(2.4.1 2.5.1 2.6.0 2.7.1 2.8.0 2.9.1 2.10.0 2.11.0)
+[ ${#versions[@]} -eq 0 ] && versions=(2.4.1 2.5.1 2.6.0 2.7.1 2.8.0 2.9.1 2.10.0 2.11.0 2.12.1 2.14.1)
 [ -d build/layers/python ] || { echo "check-torch-headers: make build first" >&2; exit 1; }
 py_include=$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
 py_tag=$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')

@@ -4,16 +4,32 @@
 
 #include <tandem/error.hpp>
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <string>
+#include <unistd.h>
+#include <unordered_set>
+#include <variant>
+#include <vector>
 
 namespace tandem::python {
 
 BackendTandem::BackendTandem(std::shared_ptr<store::Store> store, int rank, int size,
-                             std::chrono::milliseconds timeout)
-    : c10d::Backend(rank, size), group_(std::move(store), rank, size, timeout) {}
+                             std::chrono::milliseconds timeout, bool enable_reconfigure,
+                             int stable_rank)
+    : c10d::Backend(rank, size),
+      group_(store, rank, size, timeout,
+             enable_reconfigure ? Group::Start::at_reconfigure : Group::Start::now),
+      store_(std::move(store)),
+      stable_rank_(stable_rank >= 0 ? stable_rank : rank) {}
 
-BackendTandem::BackendTandem(std::shared_ptr<Communicator> comm)
-    : c10d::Backend(comm->rank(), comm->size()), group_(std::move(comm)) {}
+BackendTandem::BackendTandem(std::shared_ptr<Communicator> comm,
+                             std::shared_ptr<store::Store> store)
+    : c10d::Backend(comm->rank(), comm->size()),
+      group_(std::move(comm)),
+      store_(std::move(store)),
+      stable_rank_(getRank()) {}
 
 WorkPtr BackendTandem::broadcast(Tensors& t, const c10d::BroadcastOptions& o) {
   return group_.broadcast(t, o);
@@ -164,7 +180,65 @@ c10::intrusive_ptr<c10d::Backend> BackendTandem::shrink(
     exclude.push_back(static_cast<int>(r));
   }
   const auto timeout = opts && opts->timeout.count() > 0 ? opts->timeout : group_.timeout();
-  return c10::make_intrusive<BackendTandem>(group_.shrink(exclude, shrink_flags == 1, timeout));
+  return c10::make_intrusive<BackendTandem>(group_.shrink(exclude, shrink_flags == 1, timeout),
+                                            store_);
+}
+#endif
+
+#if TANDEM_HAVE_BACKEND_RECONFIGURE
+c10d::ReconfigureHandle BackendTandem::get_reconfigure_handle() const {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return fmt::format("tandem:{:010}:{}:{}:{}", stable_rank_, uuid_, host, ::getpid());
+}
+
+c10::intrusive_ptr<c10d::Work> BackendTandem::reconfigure(const c10d::ReconfigureOptions& opts) {
+  std::vector<std::string> handles = std::visit(
+      [](const auto& given) { return std::vector<std::string>(given.begin(), given.end()); },
+      opts.handles);
+  if (std::holds_alternative<std::unordered_set<c10d::ReconfigureHandle>>(opts.handles))
+    std::sort(handles.begin(), handles.end());
+  TANDEM_CHECK_ARG(!handles.empty(),
+                   "reconfigure: no handles; pass every member's get_reconfigure_handle(), this "
+                   "rank's included");
+  for (const auto& h : handles) {
+    TANDEM_CHECK_ARG(h.starts_with("tandem:"),
+                     "reconfigure: '{}' is not a handle of backend 'tandem' (each member's "
+                     "handle comes from its group's get_reconfigure_handle())",
+                     h);
+  }
+  auto sorted = handles;
+  std::sort(sorted.begin(), sorted.end());
+  const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
+  TANDEM_CHECK_ARG(twice == sorted.end(), "reconfigure: handle '{}' is given twice", *twice);
+  const auto mine = get_reconfigure_handle();
+  const auto at = std::find(handles.begin(), handles.end(), mine);
+  TANDEM_CHECK_ARG(at != handles.end(),
+                   "reconfigure: this rank's handle '{}' is not among the {} given; pass the "
+                   "handle each member's get_reconfigure_handle() returned just before",
+                   mine, handles.size());
+  TANDEM_CHECK_ARG(store_ != nullptr,
+                   "reconfigure: this group of backend 'tandem' has no store to meet its new "
+                   "members through; reconfigure the group it was split from");
+  const int rank = static_cast<int>(at - handles.begin());
+  const int size = static_cast<int>(handles.size());
+  const std::string prefix = fmt::format("tandem/reconfigure/{}", opts.uuid);
+  // A reused uuid would meet the stale keys of its first setup: the new rank 0 claims it.
+  if (rank == 0) {
+    const auto claimed = store_->compare_set(prefix + "/claimed", "", mine);
+    TANDEM_CHECK_ARG(claimed == mine,
+                     "reconfigure: uuid {} was used already (by '{}'); give every reconfigure() "
+                     "a fresh uuid",
+                     opts.uuid, claimed);
+  }
+  group_.reconfigure(store_, prefix, rank, size, opts.timeout.value_or(group_.timeout()));
+  rank_ = rank;
+  size_ = size;
+  uuid_ = opts.uuid;
+  auto work =
+      c10::make_intrusive<TandemWork>(rank, c10d::OpType::UNKNOWN, Tensors{}, group_.timeout());
+  work->complete_now();
+  return work;
 }
 #endif
 

@@ -9,6 +9,7 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
@@ -18,10 +19,14 @@ namespace tandem::python {
 
 class BackendTandem final : public c10d::Backend {
  public:
+  /// A group of `size` ranks through `store`, this one `rank`. With `enable_reconfigure`
+  /// (torch 2.14's regime) it has no members until reconfigure(); `stable_rank` (the rank in
+  /// the default group) then tells this process's handle apart.
   BackendTandem(std::shared_ptr<store::Store> store, int rank, int size,
-                std::chrono::milliseconds timeout);
-  /// A backend over a communicator made already (shrink()).
-  explicit BackendTandem(std::shared_ptr<Communicator> comm);
+                std::chrono::milliseconds timeout, bool enable_reconfigure = false,
+                int stable_rank = -1);
+  /// A backend over a communicator made already (shrink()), reconfigurable through `store`.
+  BackendTandem(std::shared_ptr<Communicator> comm, std::shared_ptr<store::Store> store);
 
   const std::string getBackendName() const override { return "tandem"; }
   /// batch_isend_irecv and _coalescing_manager bracket their calls with start/endCoalescing.
@@ -106,6 +111,21 @@ class BackendTandem final : public c10d::Backend {
                                            const c10::intrusive_ptr<Options>& opts) override;
 #endif
 
+#if TANDEM_HAVE_BACKEND_RECONFIGURE
+  bool supportsReconfigure() const override {
+    return true;
+  }
+  /// "tandem:<stable rank, 10 digits>:<uuid of the current members, -1 before any>:<host>:
+  /// <pid>": unique to this process and configuration; sorted, the handles of a set order the
+  /// members by stable rank.
+  c10d::ReconfigureHandle get_reconfigure_handle() const override;
+  /// dist._reconfigure: a new communicator of the members whose handles opts.handles lists
+  /// (this rank is its handle's position; in a set, in sorted order), set up through this
+  /// group's store under "tandem/reconfigure/<uuid>" within opts.timeout (default: the
+  /// group's). Blocking; the work returned has completed. opts.hints are not used.
+  c10::intrusive_ptr<c10d::Work> reconfigure(const c10d::ReconfigureOptions& opts) override;
+#endif
+
   // What only ProcessGroupNCCL has: refused, saying what does the same here.
   void waitForPendingWorks() override;
   void enableCollectivesTiming() override;
@@ -116,6 +136,9 @@ class BackendTandem final : public c10d::Backend {
 
  private:
   Group group_;
+  std::shared_ptr<store::Store> store_;  ///< for reconfigure(); torch's, under the group's prefix
+  int stable_rank_;
+  std::int64_t uuid_ = -1;  ///< of the current members (reconfigure()); -1 before any
 #if TANDEM_HAVE_BACKEND_SPLIT
   std::mutex splits_mutex_;
   /// The groups split() made, by name, while they live.

@@ -84,20 +84,25 @@ std::function<void()> copy_back(const Staged& s) {
   return [s] { s.copy_back(); };
 }
 
-}  // namespace
-
-Group::Group(std::shared_ptr<store::Store> store, int rank, int size,
-             std::chrono::milliseconds timeout)
-    : rank_(rank), size_(size), timeout_(timeout) {
+CommOptions group_options(std::chrono::milliseconds timeout, std::string prefix) {
   CommOptions options;
   options.timeout = timeout;
-  // The store is this group's own (torch puts every group under a prefix of its own).
-  options.store_prefix = "tandem";
+  options.store_prefix = std::move(prefix);
   // torch.distributed's blocking calls wait right away: the waiting thread runs them, and
   // no call pays for waking the worker (docs/python.md); asynchronous ones (DDP's buckets)
   // start within 200 us when nobody waits for them.
   options.lazy_start = std::chrono::microseconds(200);
-  comm_ = Communicator::create(std::move(store), rank, size, options);
+  return options;
+}
+
+}  // namespace
+
+Group::Group(std::shared_ptr<store::Store> store, int rank, int size,
+             std::chrono::milliseconds timeout, Start start)
+    : rank_(rank), size_(size), timeout_(timeout), configured_(start == Start::now) {
+  if (start == Start::at_reconfigure) return;
+  // The store is this group's own (torch puts every group under a prefix of its own).
+  comm_ = Communicator::create(std::move(store), rank, size, group_options(timeout, "tandem"));
   timeout_ = comm_->shared_timeout();
 }
 
@@ -118,8 +123,36 @@ std::shared_ptr<Communicator> Group::shrink(std::span<const int> exclude, bool a
   return child;
 }
 
+void Group::reconfigure(std::shared_ptr<store::Store> store, std::string prefix, int rank, int size,
+                        std::chrono::milliseconds setup_timeout) {
+  const auto call_timeout = timeout();
+  auto next = Communicator::create(std::move(store), rank, size,
+                                   group_options(setup_timeout, std::move(prefix)));
+  next->set_timeout(call_timeout);
+  std::shared_ptr<Communicator> previous;
+  {
+    std::lock_guard lock(mutex_);
+    previous.swap(comm_);
+    comm_ = next;
+    rank_ = rank;
+    size_ = size;
+    configured_ = true;
+  }
+  timeout_ = next->shared_timeout();
+  seq_.store(0, std::memory_order_relaxed);
+  // A goodbye to the previous peers; closing joins threads and unmaps memory, which need not
+  // hold up the caller.
+  if (previous) run_later([previous = std::move(previous)]() mutable { previous.reset(); });
+}
+
 std::shared_ptr<Communicator> Group::comm() {
   std::lock_guard lock(mutex_);
+  if (!comm_ && !configured_) {
+    TANDEM_THROW(ErrorCode::InvalidArgument,
+                 "this process group of backend 'tandem' was created with "
+                 "enable_reconfigure=True and has no members yet: call "
+                 "torch.distributed._reconfigure(uuid, handles, group) on every member first");
+  }
   if (!comm_) {
     TANDEM_THROW(ErrorCode::Aborted,
                  "this process group of backend 'tandem' was shut down (destroy_process_group or "

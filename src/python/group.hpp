@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 namespace tandem::python {
@@ -27,8 +28,13 @@ using Tensors = std::vector<at::Tensor>;
 
 class Group {
  public:
-  /// Joins a communicator of `size` ranks through `store` (the torch.distributed store).
-  Group(std::shared_ptr<store::Store> store, int rank, int size, std::chrono::milliseconds timeout);
+  /// When the communicator is made: at construction, or at the first reconfigure()
+  /// (torch 2.14's enable_reconfigure, where the first members are chosen later).
+  enum class Start { now, at_reconfigure };
+  /// Joins a communicator of `size` ranks through `store` (the torch.distributed store), or,
+  /// with Start::at_reconfigure, only keeps `rank`, `size` and `timeout` until reconfigure().
+  Group(std::shared_ptr<store::Store> store, int rank, int size, std::chrono::milliseconds timeout,
+        Start start = Start::now);
   /// A group over a communicator made already (shrink()).
   explicit Group(std::shared_ptr<Communicator> comm);
   ~Group();
@@ -88,6 +94,15 @@ class Group {
   /// group is aborted).
   std::shared_ptr<Communicator> shrink(std::span<const int> exclude, bool abort_first,
                                        std::chrono::milliseconds timeout);
+  /// Replaces the communicator with a new one of `size` ranks, this one `rank`, set up
+  /// through `store` under `prefix` within `setup_timeout`; the calls made afterwards keep
+  /// this group's timeout. The previous communicator (if any) is closed, its peers told, off
+  /// the calling thread. When the setup fails the group is left as it was. No call of this
+  /// group may be in flight.
+  void reconfigure(std::shared_ptr<store::Store> store, std::string prefix, int rank, int size,
+                   std::chrono::milliseconds setup_timeout);
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
   /// Fails the calls in flight with Aborted now and tells the peers; later calls fail too.
   /// The communicator's threads and memory are released after the return, on the thread that
   /// completes futures (run_later()).
@@ -120,6 +135,8 @@ class Group {
   SharedTimeout timeout_;  ///< the communicator's, readable after shutdown()
   std::mutex mutex_;       // guards comm_ against shutdown()
   std::shared_ptr<Communicator> comm_;
+  bool configured_ =
+      true;  ///< false until the first reconfigure() of a Start::at_reconfigure group
   std::atomic<std::uint64_t> seq_{0};
   std::shared_ptr<StagingPool> pool_ = std::make_shared<StagingPool>();
   std::mutex block_mutex_;  // guards the coalescing block

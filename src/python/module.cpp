@@ -93,12 +93,15 @@ PYBIND11_MODULE(_backend, m) {
   m.def(
       "create",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-         std::chrono::milliseconds timeout) {
+         std::chrono::milliseconds timeout, bool enable_reconfigure, int stable_rank) {
         return c10::make_intrusive<BackendTandem>(
-            std::make_shared<tandem::python::C10dStore>(store), rank, size, timeout);
+            std::make_shared<tandem::python::C10dStore>(store), rank, size, timeout,
+            enable_reconfigure, stable_rank);
       },
       py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+      py::arg("enable_reconfigure") = false, py::arg("stable_rank") = -1,
       py::call_guard<py::gil_scoped_release>(),
       "A c10d Backend 'tandem' over the torch.distributed store (blocks until every rank "
-      "joined)");
+      "joined); with enable_reconfigure, one without members until reconfigure() (torch "
+      "2.14)");
 }

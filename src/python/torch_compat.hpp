@@ -14,8 +14,10 @@
 //   TANDEM_HAVE_STREAM_HANDLE      1 where c10::Stream has native_handle() (torch 2.11): a
 //                                  call on CUDA tensors then carries the current stream;
 //                                  before, it runs behind the legacy default stream
+//   TANDEM_HAVE_BACKEND_RECONFIGURE  1 where c10d::Backend declares supportsReconfigure(),
+//                                  get_reconfigure_handle() and reconfigure() (torch 2.14)
 //   The releases are those whose headers first declare each (checked against the wheels of
-//   2.4.1, 2.5.1, 2.6.0, 2.7.1, 2.8.0, 2.9.1, 2.10.0, 2.11.0 and 2.13.0).
+//   2.4.1, 2.5.1, 2.6.0, 2.7.1, 2.8.0, 2.9.1, 2.10.0, 2.11.0, 2.12.1, 2.13.0 and 2.14.1).
 //   tandem::python::PreMulSupplement  PREMUL_SUM's factor (NCCLPreMulSumSupplement, the
 //                                  name every release has; later ones alias it)
 
@@ -44,6 +46,7 @@
 #define TANDEM_HAVE_BACKEND_SPLIT TANDEM_TORCH_AT_LEAST(2, 9)
 #define TANDEM_HAVE_BACKEND_SHRINK TANDEM_TORCH_AT_LEAST(2, 10)
 #define TANDEM_HAVE_STREAM_HANDLE TANDEM_TORCH_AT_LEAST(2, 11)
+#define TANDEM_HAVE_BACKEND_RECONFIGURE TANDEM_TORCH_AT_LEAST(2, 14)
 
 namespace tandem::python {
 using PreMulSupplement = c10d::NCCLPreMulSumSupplement;

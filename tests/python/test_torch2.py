@@ -3,6 +3,8 @@
 and TORCH_DISTRIBUTED_DEBUG=DETAIL; torch's Work API on its results."""
 
 import pytest
+import torch
+import torch.distributed as dist
 
 from conftest import run_ranks
 
@@ -39,3 +41,23 @@ def test_debug_detail_names_a_mismatch():
         assert "error" not in r, f"rank {rank}: {r}"
         assert r["all_reduce"] is True, r
         assert "mismatch" in r["mismatch"].lower(), f"rank {rank}: {r['mismatch']}"
+
+
+@pytest.mark.skipif(not hasattr(dist, "_reconfigure"),
+                    reason=f"dist._reconfigure is torch 2.14's; this is torch {torch.__version__}")
+def test_reconfigure_changes_the_members_of_one_group():
+    # workers/reconfigure.py on 3 ranks: members [0, 1, 2], then [2, 0], then {0, 1, 2}.
+    reports, proc = run_ranks("reconfigure.py", nproc=3, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    want = {0: [(1, 0, 3, 6.0), (2, 1, 2, 4.0), (3, 0, 3, 6.0)],
+            1: [(1, 1, 3, 6.0), (3, 1, 3, 6.0)],
+            2: [(1, 2, 3, 6.0), (2, 0, 2, 4.0), (3, 2, 3, 6.0)]}
+    for r, rep in enumerate(reports):
+        assert rep["supports"] is True, rep
+        assert "enable_reconfigure=True and has no members yet" in rep["before"], rep
+        got = [(c["uuid"], c["rank"], c["size"], c["sum"]) for c in rep["configs"]]
+        assert got == want[r], f"rank {r}: {got}"
+        assert rep["after"] == {"rank": r, "size": 3, "sum": 6.0}, rep
+    assert "uuid 1 was used already" in reports[0]["used_uuid"], reports[0]
+    assert "this rank's handle" in reports[0]["not_mine"], reports[0]
+    assert "is not a handle of backend 'tandem'" in reports[0]["not_tandem"], reports[0]

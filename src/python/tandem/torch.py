@@ -129,6 +129,22 @@ def _create(store, rank, size, timeout):
     return pg
 
 
+def _create_extended(opts, backend_options):
+    # torch 2.14's form: it carries enable_reconfigure (a group whose members come later,
+    # through dist._reconfigure) and the global ranks that make a process's handle stable.
+    ranks = list(opts.global_ranks_in_group or [])
+    stable = ranks[opts.group_rank] if opts.group_rank < len(ranks) else opts.group_rank
+    pg = _backend.create(opts.store, opts.group_rank, opts.group_size, opts.timeout,
+                         enable_reconfigure=bool(opts.enable_reconfigure), stable_rank=stable)
+    _groups.add(pg)
+    return pg
+
+
+# torch 2.14 and later tell a backend about enable_reconfigure only through the extended form.
+_OPTIONS = getattr(dist.distributed_c10d, "_DistributedBackendOptions", None)
+_EXTENDED = _OPTIONS is not None and hasattr(_OPTIONS(), "enable_reconfigure")
+
+
 @atexit.register
 def _close_groups():
     # A normal interpreter exit is a goodbye, not a lost peer: the other ranks are told.
@@ -145,7 +161,11 @@ def register():
     if BACKEND.upper() not in dist.Backend._plugins:
         # One backend object per group serves CPU and CUDA tensors (CUDA through tandem's CUDA
         # backend: NCCL, or CUDA IPC between the ranks of one host).
-        dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "cuda"])
+        if _EXTENDED:
+            dist.Backend.register_backend(BACKEND, _create_extended, extended_api=True,
+                                          devices=["cpu", "cuda"])
+        else:
+            dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "cuda"])
 
 
 register()
