@@ -105,9 +105,22 @@ run_ctest() {  # stage, dir, then ctest options
   run_s=$(($(now) - t0))
 }
 
+# The tests that mostly wait (tests/waiting: a cut link's timeouts) run one at a time beside
+# the others, which keep the -j slots; their output follows.
 stage_main() {
-  run_ctest main "$BUILD_DIR"
-  summary+=("main: tests ${run_s} s")
+  local lane="$BUILD_DIR/tests/waiting" t0 pid=
+  t0=$(now)
+  if [ -f "$lane/CTestTestfile.cmake" ]; then
+    ctest --test-dir "$lane" --output-on-failure --no-tests=error >"$lane/ctest-main.log" 2>&1 &
+    pid=$!
+  fi
+  run_ctest main "$BUILD_DIR" -LE '^waiting$'
+  if [ -n "$pid" ]; then
+    wait "$pid"
+    cat "$lane/ctest-main.log"
+    count_ctest "$lane/ctest-main.log" main "$lane"
+  fi
+  summary+=("main: tests $(($(now) - t0)) s")
 }
 
 # The gtest binaries of ASAN_DIRS (unit/core -> test_unit_core): only what the stage runs.
@@ -178,11 +191,12 @@ stage_asan() {
   fi
   t1=$(now)
   # The collective sweep's 5-rank worlds take the paths of 3 and 4 ranks (odd, and more than
-  # a pair): they run in the main stage only.
+  # a pair), and its 9-rank world with connections made on demand those of 6 (one such
+  # connection per rank there, two at 9): they run in the main stage only.
   ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:check_initialization_order=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     run_ctest asan "$dir" -LE '^(style|install)$' \
-    -E '^.*Collectives\.MatchReferenceOnEveryRank/(shm|tcp|ucx|ucx_tcp)5$'
+    -E '^.*Collectives\.MatchReferenceOnEveryRank/((shm|tcp|ucx|ucx_tcp)5|tcp9)$'
   summary+=("asan: build $((t1 - t0)) s, tests ${run_s} s")
 }
 
@@ -201,14 +215,15 @@ stage_tsan() {
   t1=$(now)
   # The hierarchical and registered-buffer sweeps check values, not threads (their threading
   # is the communicator's, which the other mp tests cover): they run in the main stage only.
-  # So do the collective sweep's larger worlds (4 and 5 ranks) and UCX worlds but 2 ranks over
-  # UCX's shared memory: the threads they start are those of 2 and 3 ranks, and they cost
-  # TSan 8 of its 14 CPU-minutes.
+  # So do the collective sweep's larger worlds (4 and 5 ranks; 9 with connections made on
+  # demand, whose threads are those of 6) and UCX worlds but 2 ranks over UCX's shared
+  # memory: the threads they start are those of 2 and 3 ranks, and they cost TSan 8 of its
+  # 14 CPU-minutes (the 9-rank world 2.2 more).
   # UCX's memory-event hooks patch mmap/munmap, which ThreadSanitizer intercepts too (every UCX
   # test crashed at exit with both): off here, UCX works without them.
   UCX_MEM_EVENTS=no TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     run_ctest tsan "$dir" -LE '^(style|install)$' \
-    -E '^(Layouts/Hierarchical\.AllreduceMatchesReference|Worlds/RegisteredSweep\.|.*Collectives\.MatchReferenceOnEveryRank/(shm[45]|tcp[45]|ucx[345]|ucx_tcp[2345]))'
+    -E '^(Layouts/Hierarchical\.AllreduceMatchesReference|Worlds/RegisteredSweep\.|.*Collectives\.MatchReferenceOnEveryRank/(shm[45]|tcp[459]|ucx[345]|ucx_tcp[2345]))'
   summary+=("tsan: build $((t1 - t0)) s, tests ${run_s} s")
 }
 
@@ -227,14 +242,27 @@ stage_fuzz() {
   fi
   t1=$(now)
   mkdir -p "$dir/artifacts"
-  local f name corpus execs
-  for f in fuzz/fuzz_*.cpp; do
-    name=$(basename "$f" .cpp)
-    corpus="$dir/corpus/$name"  # new inputs go here, the checked-in seeds stay as they are
-    mkdir -p "$corpus"
-    if "$dir/bin/$name" -max_total_time="$FUZZ_SECONDS" -timeout=20 -rss_limit_mb=2048 \
-      -print_final_stats=1 -artifact_prefix="$dir/artifacts/$name-" "$corpus" "fuzz/corpus/$name" \
-      >"$dir/$name.log" 2>&1; then
+  # JOBS fuzzers at a time (each is one process), then their results in name order.
+  local f name corpus execs i p names=() pids=() status=()
+  for f in fuzz/fuzz_*.cpp; do names+=("$(basename "$f" .cpp)"); done
+  for ((i = 0; i < ${#names[@]}; i += JOBS)); do
+    pids=()
+    for name in "${names[@]:i:JOBS}"; do
+      corpus="$dir/corpus/$name"  # new inputs go here, the checked-in seeds stay as they are
+      mkdir -p "$corpus"
+      "$dir/bin/$name" -max_total_time="$FUZZ_SECONDS" -timeout=20 -rss_limit_mb=2048 \
+        -print_final_stats=1 -artifact_prefix="$dir/artifacts/$name-" "$corpus" \
+        "fuzz/corpus/$name" >"$dir/$name.log" 2>&1 &
+      pids+=($!)
+    done
+    for p in "${pids[@]}"; do
+      wait "$p"
+      status+=($?)
+    done
+  done
+  for i in "${!names[@]}"; do
+    name=${names[$i]}
+    if [ "${status[$i]}" -eq 0 ]; then
       passed=$((passed + 1))
       execs=$(grep -Eo "number_of_executed_units: [0-9]+" "$dir/$name.log" | grep -Eo "[0-9]+")
       echo "fuzz $name: passed, ${execs:-?} inputs in $FUZZ_SECONDS s"
