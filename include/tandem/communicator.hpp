@@ -197,8 +197,16 @@ class Communicator {
   SharedBuffer allocate(std::size_t bytes);
 
   /// Collective over this communicator: ranks with the same `color` form a new communicator,
-  /// ordered by (key, rank). Returns nullptr for color < 0.
+  /// ordered by (key, rank). Returns nullptr for color < 0. The new one follows this one's
+  /// shrinks (shrink(), successor()).
   std::shared_ptr<Communicator> split(int color, int key);
+  /// The communicator that replaced this one when the communicator it was split from shrank
+  /// without some of its ranks: shrink() of the parent shrinks each child that had one of
+  /// them as a member (without them, renumbered in order) and passes the others on unchanged
+  /// (their successor() stays nullptr). nullptr while nothing replaced it. A child made by
+  /// split() on a shrunk parent follows that parent in turn; children of children follow
+  /// their parents.
+  std::shared_ptr<Communicator> successor() const;
 
   /// The ranks of this communicator but `exclude`, as a new communicator (NCCL's
   /// ncclCommShrink, torch's shrink_group): renumbered in order, the lowest remaining rank
@@ -208,7 +216,10 @@ class Communicator {
   /// rank the error names; a healthy one can be shrunk too. No operation runs on this
   /// communicator, which stays as it was: destroy it (or abort() it first, to fail the calls
   /// still in flight). It ends with a barrier of the new communicator, so that a remaining
-  /// rank lost during the shrink fails it with PeerLost on every survivor. Every remaining rank
+  /// rank lost during the shrink fails it with PeerLost on every survivor. The communicators
+  /// split from this one that are still alive follow: each that had an excluded member is
+  /// shrunk too, in the order they were made (successor()), before shrink() returns; a death
+  /// in one of those shrinks fails this one with PeerLost as well. Every remaining rank
   /// must pass the same ranks and shrink the same communicator the same number of times: ranks that
   /// disagree make different communicators, whose setup fails at the timeout naming the ranks it
   /// waited for. Throws InvalidArgument for a rank out of range or named twice, and for this rank

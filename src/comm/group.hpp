@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 namespace tandem::comm {
 
@@ -51,6 +53,22 @@ struct Rendezvous {
   /// The first join ticket not yet answered: the same on every rank (grow() tells them all).
   std::int64_t join_next = 1;
   bool joined = false;  ///< join() made it
+  /// A communicator split from this one that this rank is in, with its members' ranks here
+  /// (in its own rank order).
+  struct Child {
+    std::weak_ptr<Communicator> comm;
+    std::vector<int> members;
+  };
+  /// Guards children and successor (split(), shrink() and successor() may run on different
+  /// threads of the rank).
+  std::mutex family_mutex;
+  /// This rank's children, in the order split() made them: shrink() passes them on to the
+  /// communicator it makes, shrinking each that lost a member; grow() passes them on as
+  /// they are.
+  std::vector<Child> children;
+  /// What replaced this communicator when the one it was split from shrank without some of
+  /// its members (Communicator::successor()).
+  std::shared_ptr<Communicator> successor;
 };
 
 /// What the settings and options chose (setup/), read by the executor.

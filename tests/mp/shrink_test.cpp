@@ -187,7 +187,8 @@ TEST_P(Shrink, LostRanksAreAgreedWithoutAList) {
 }
 
 // A communicator split from the world, unused since rank 2 died (not poisoned, its error names
-// nobody), shrinks too: shrink_lost() learns of the death from its own connections.
+// nobody), shrinks by itself too: shrink_lost() learns of the death from its own connections
+// (its shrink of the world made a successor already: this is a second shrink).
 TEST_P(Shrink, ASplitCommunicatorUnusedSinceTheDeathShrinksToo) {
   const auto exits = testing::run_ranks(
       4,
@@ -210,6 +211,59 @@ TEST_P(Shrink, ASplitCommunicatorUnusedSinceTheDeathShrinksToo) {
       },
       run_options(GetParam()));
   expect_survivors_ok(exits, {0, 1, 3});
+}
+
+// The communicators split from the world follow its shrinks. 4 ranks split by parity ({0,2},
+// {1,3}) and in reverse ({3,2,1,0}); rank 1 dies. The survivors' shrink of the world shrinks
+// the odd child (rank 3 alone) and the reversed one (old 3, 2, 0), and passes the even child on
+// unchanged. Then rank 2 leaves: the shrink of the shrunk world shrinks the children it was
+// passed (the even one, and the reversed one a second time).
+TEST_P(Shrink, SplitCommunicatorsFollowTheirParent) {
+  const auto exits = testing::run_ranks(
+      4,
+      [&](const testing::RankContext& ctx) {
+        auto comm = connect(ctx);
+        auto parity = comm->split(ctx.rank % 2, ctx.rank);
+        auto reversed = comm->split(0, -ctx.rank);
+        ASSERT_TRUE(parity && reversed);
+        EXPECT_EQ(sum_of(*parity, 1.0), 2.0);
+        lose_ranks(*comm, *ctx.store(), {1});
+        const int without1[] = {1};
+        auto world = comm->shrink(without1);
+        ASSERT_EQ(world->size(), 3);
+        if (ctx.rank == 3) {
+          auto odd = parity->successor();
+          ASSERT_NE(odd, nullptr);
+          EXPECT_EQ(odd->size(), 1);
+          EXPECT_EQ(sum_of(*odd, 3.0), 3.0);
+        } else {
+          EXPECT_EQ(parity->successor(), nullptr) << "the even child lost nobody";
+          EXPECT_EQ(sum_of(*parity, ctx.rank), 2.0);
+        }
+        auto rev = reversed->successor();
+        ASSERT_NE(rev, nullptr);
+        ASSERT_EQ(rev->size(), 3);
+        EXPECT_EQ(rev->rank(), ctx.rank == 3 ? 0 : ctx.rank == 2 ? 1 : 2);
+        EXPECT_EQ(sum_of(*rev, ctx.rank), 5.0);
+        if (ctx.rank == 2) return;   // leaves: the others shrink without it, it makes no call
+        const int without2[] = {1};  // old rank 2 is rank 1 of `world`
+        auto world2 = world->shrink(without2);
+        EXPECT_EQ(world2->size(), 2);
+        if (ctx.rank == 0) {
+          auto even = parity->successor();
+          ASSERT_NE(even, nullptr);
+          EXPECT_EQ(even->size(), 1);
+        } else {
+          EXPECT_EQ(parity->successor()->successor(), nullptr) << "rank 3's odd child is alone";
+        }
+        auto rev2 = rev->successor();
+        ASSERT_NE(rev2, nullptr);
+        EXPECT_EQ(rev2->size(), 2);
+        EXPECT_EQ(rev2->rank(), ctx.rank == 3 ? 0 : 1);
+        EXPECT_EQ(sum_of(*rev2, ctx.rank), 3.0);
+      },
+      run_options(GetParam()));
+  expect_survivors_ok(exits, {0, 2, 3});
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, Shrink, ::testing::Values("shm", "tcp"), transport_name);

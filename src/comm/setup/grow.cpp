@@ -21,6 +21,7 @@
 
 #include <array>
 #include <cstdint>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <unistd.h>
@@ -117,6 +118,11 @@ std::shared_ptr<Communicator> Communicator::grow(int max_joiners, std::chrono::m
                           impl_->id.is_world);
   impl->rendezvous.join_point = rdv.join_point;
   impl->rendezvous.join_next = rdv.join_next;
+  {
+    // The children are this communicator's: its ranks keep their numbers.
+    std::lock_guard lock(rdv.family_mutex);
+    impl->rendezvous.children = rdv.children;
+  }
   return comm::after_barrier(std::shared_ptr<Communicator>(new Communicator(std::move(impl))),
                              fmt::format("grow to '{}': a rank", name));
 }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -51,7 +52,17 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key) {
                 new_rank, new_size, options.store_prefix);
   auto impl = comm::build(impl_->rendezvous.base_store, new_rank, new_size, std::move(options),
                           false, impl_->rendezvous.lost_key);
-  return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
+  std::shared_ptr<Communicator> child(new Communicator(std::move(impl)));
+  std::vector<int> ranks;
+  for (const Member& m : members) ranks.push_back(m.rank);
+  std::lock_guard lock(impl_->rendezvous.family_mutex);
+  impl_->rendezvous.children.push_back({child, std::move(ranks)});
+  return child;
+}
+
+std::shared_ptr<Communicator> Communicator::successor() const {
+  std::lock_guard lock(impl_->rendezvous.family_mutex);
+  return impl_->rendezvous.successor;
 }
 
 std::shared_ptr<Communicator> Communicator::shrink(std::span<const int> exclude) {
@@ -88,8 +99,40 @@ std::shared_ptr<Communicator> Communicator::shrink(std::span<const int> exclude)
       comm::build(impl_->rendezvous.base_store, new_rank, new_size, std::move(options), false);
   impl->rendezvous.join_point = impl_->rendezvous.join_point;  // a shrunk world still admits
   impl->rendezvous.join_next = impl_->rendezvous.join_next;
-  return comm::after_barrier(std::shared_ptr<Communicator>(new Communicator(std::move(impl))),
-                             fmt::format("shrink to '{}': a remaining rank", name));
+  auto next = comm::after_barrier(std::shared_ptr<Communicator>(new Communicator(std::move(impl))),
+                                  fmt::format("shrink to '{}': a remaining rank", name));
+  // The children follow: each that had an excluded member shrinks without it (a collective of
+  // its remaining members, who all shrink this communicator and meet its children in the
+  // order they were made); the others are passed on as they are.
+  std::vector<comm::Rendezvous::Child> children;
+  {
+    std::lock_guard lock(impl_->rendezvous.family_mutex);
+    children = impl_->rendezvous.children;
+  }
+  std::vector<comm::Rendezvous::Child> passed;
+  for (const auto& c : children) {
+    auto child = c.comm.lock();
+    if (!child) continue;
+    std::vector<int> gone;       // ranks of the child
+    std::vector<int> remaining;  // their ranks in `next`
+    for (std::size_t i = 0; i < c.members.size(); ++i) {
+      const auto below = std::lower_bound(out.begin(), out.end(), c.members[i]);
+      if (below != out.end() && *below == c.members[i])
+        gone.push_back(static_cast<int>(i));
+      else
+        remaining.push_back(c.members[i] - static_cast<int>(below - out.begin()));
+    }
+    if (!gone.empty()) {
+      auto shrunk = child->shrink(gone);
+      std::lock_guard lock(child->impl_->rendezvous.family_mutex);
+      child->impl_->rendezvous.successor = shrunk;
+      child = std::move(shrunk);
+    }
+    passed.push_back({child, std::move(remaining)});
+  }
+  std::lock_guard lock(next->impl_->rendezvous.family_mutex);
+  next->impl_->rendezvous.children = std::move(passed);
+  return next;
 }
 
 namespace {
