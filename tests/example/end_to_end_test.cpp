@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <regex>
 #include <string>
 #include <vector>
@@ -332,6 +333,58 @@ TEST(ExampleEndToEnd, SurvivorsOfAKilledRankGoOnWithoutIt) {
       << describe(r);
   EXPECT_NE(r.result_line.find(" ranks_lost=1 ranks_gained=0"), std::string::npos) << describe(r);
   EXPECT_GT(r.accuracy, 50.0) << describe(r);
+}
+
+// Rank 0's "(total N/M) loss L lr R" of each step, by N.
+std::map<int, std::string> step_losses(const std::string& out) {
+  static const std::regex line_re(
+      R"(^\[rank 0\]: epoch \d+/\d+ step \d+/\d+ \(total (\d+)/\d+\) (loss \S+ lr \S+) )");
+  std::map<int, std::string> losses;
+  for (const auto& line : split_lines(out)) {
+    std::smatch m;
+    if (std::regex_search(line, m, line_re)) losses[std::stoi(m[1])] = m[2];
+  }
+  return losses;
+}
+
+// What the survivors of a loss compute is what a run given the same world sizes computes: 3
+// ranks for 5 steps, then 2. The reference stops after step 5, saving a checkpoint, and
+// resumes from it on 2 ranks (the elastic path); the run under continue loses rank 1 after
+// step 5 and goes on with ranks 0 and 2 from memory. Every later step has the same loss and
+// learning rate, and the final model is the same.
+TEST(ExampleEndToEnd, AfterALossTheRunEqualsOneGivenTheSameWorldSizes) {
+  REQUIRE_DATA();
+  TempDir dir;
+  const auto args = [](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), {"-o", "training.batch_size=96", "-o", "training.epochs=2", "-o",
+                                 "log.every_steps=1"});
+    return small_args(std::move(extra));
+  };
+  const std::string ckpt = "checkpoint.dir=" + dir.file("reference");
+  const ExampleRun first = run_example(3, args({"-o", "training.max_steps=5", "-o", ckpt}));
+  ASSERT_EQ(first.process.exit_code, 0) << describe(first);
+  const ExampleRun reference = run_example(2, args({"-o", ckpt}));
+  ASSERT_EQ(reference.process.exit_code, 0) << describe(reference);
+  EXPECT_NE(reference.process.out.find("resumed from"), std::string::npos) << describe(reference);
+  const ExampleRun lost = run_example(3,
+                                      args({"-o", "training.on_rank_loss=continue", "-o",
+                                            "fault.kill_rank=1", "-o", "fault.kill_at_step=5"}),
+                                      {"--on-worker-loss", "continue"});
+  ASSERT_EQ(lost.process.exit_code, 0) << describe(lost);
+  EXPECT_NE(lost.result_line.find(" ranks_lost=1 ranks_gained=0"), std::string::npos)
+      << describe(lost);
+
+  auto after = [](std::map<int, std::string> losses) {
+    std::erase_if(losses, [](const auto& kv) { return kv.first <= 5; });
+    return losses;
+  };
+  const auto want = after(step_losses(reference.process.out));
+  EXPECT_EQ(want.size(), 15u) << describe(reference);
+  EXPECT_EQ(after(step_losses(lost.process.out)), want) << "under continue:\n"
+                                                        << describe(lost) << "\nreference:\n"
+                                                        << describe(reference);
+  ASSERT_FALSE(reference.digest.empty()) << describe(reference);
+  EXPECT_EQ(lost.digest, reference.digest);
 }
 
 // The same loss with --max-replacements 1: tandemrun starts a new worker, which joins the
