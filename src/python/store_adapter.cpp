@@ -2,6 +2,9 @@
 
 #include <tandem/error.hpp>
 
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
 #include <algorithm>
 #include <exception>
 #include <thread>
@@ -37,6 +40,13 @@ auto translated(std::string_view what, std::string_view key, F&& f) -> decltype(
 C10dStore::C10dStore(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {
   TANDEM_CHECK_ARG(store_, "the torch.distributed store is null");
   set_timeout(store_->getTimeout());
+  // torch's FileStore (file://) ends its waits on whole seconds: known from the start, its
+  // short waits are polled from the first one (wait() also notices any other such store).
+  auto base = store_;
+  if (auto* prefixed = dynamic_cast<c10d::PrefixStore*>(base.get()))
+    base = prefixed->getUnderlyingNonPrefixStore();
+  if (dynamic_cast<c10d::FileStore*>(base.get()) != nullptr)
+    coarse_waits_.store(true, std::memory_order_relaxed);
 }
 
 void C10dStore::set(std::string_view key, std::string_view value) {

@@ -34,6 +34,8 @@ class C10dStore final : public store::Store {
   /// How often a wait whose deadline is under a second away checks the keys, on a store
   /// whose waits end on whole seconds (coarse_waits_).
   static constexpr std::chrono::milliseconds kShortPoll{2};
+  /// True for torch's FileStore (under any PrefixStore), or once a short wait overshot by
+  /// half a second or more.
   std::atomic<bool> coarse_waits_{false};
 
  private:
