@@ -267,6 +267,10 @@ TEST_P(Shrink, SplitCommunicatorsFollowTheirParent) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, Shrink, ::testing::Values("shm", "tcp"), transport_name);
+#if TANDEM_HAVE_UCX
+// UCX between ranks of one host: its shared memory ("ucx") and its tcp transport ("ucx_tcp").
+INSTANTIATE_TEST_SUITE_P(Ucx, Shrink, ::testing::Values("ucx", "ucx_tcp"), transport_name);
+#endif
 
 // The setup step at which rank 2 dies inside the shrunk communicator's setup.
 std::string g_die_at;
