@@ -5,6 +5,7 @@ script that imports tandem.torch with no PYTHONPATH, under torchrun, under the c
 tandemrun and under `python -m tandem.run`."""
 
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -16,8 +17,11 @@ import torch
 from conftest import BUILD, worker
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-# Beside build/, so that ccache (CCACHE_BASEDIR, set by the Makefile) reuses its objects.
+# Beside build/, so that ccache (CCACHE_BASEDIR, set by the Makefile) reuses its objects; the
+# environment too, which puts the same torch include path in every run's compile command of
+# the Python extension (so that a second run has it from ccache as well).
 PIP_BUILD = os.path.join(REPO, "build-pip")
+PIP_VENV = os.path.join(REPO, "build-pip-venv")
 
 
 def cache_value(name, default):
@@ -47,15 +51,16 @@ def run(cmd, timeout, env=None):
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory):
+def venv():
     if shutil.which("cmake") is None:
         pytest.skip("cmake is not installed")
-    d = tmp_path_factory.mktemp("pip") / "venv"
+    d = pathlib.Path(PIP_VENV)
+    shutil.rmtree(d, ignore_errors=True)  # fresh every time: torch and nothing of tandem
     run([sys.executable, "-m", "venv", d], timeout=120)
     py = d / "bin" / "python"
     version = torch.__version__.split("+")[0]
     run([py, "-m", "pip", "install", "-q", f"torch=={version}"], timeout=900)
-    shutil.rmtree(PIP_BUILD, ignore_errors=True)  # its cache names the last test's venv
+    shutil.rmtree(PIP_BUILD, ignore_errors=True)  # a build of its own, as a user's is
     # The main build's compiler, type and warnings, so that its compiler commands are the same
     # (ccache then has its objects). The CUDA backend, which make build compiles, is left out
     # of this wheel: nvcc would double the test's time and nothing here runs it.
