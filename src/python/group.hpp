@@ -101,8 +101,6 @@ class Group {
   /// group may be in flight.
   void reconfigure(std::shared_ptr<store::Store> store, std::string prefix, int rank, int size,
                    std::chrono::milliseconds setup_timeout);
-  int rank() const noexcept { return rank_; }
-  int size() const noexcept { return size_; }
   /// Fails the calls in flight with Aborted now and tells the peers; later calls fail too.
   /// The communicator's threads and memory are released after the return, on the thread that
   /// completes futures (run_later()).
@@ -135,8 +133,8 @@ class Group {
   SharedTimeout timeout_;  ///< the communicator's, readable after shutdown()
   std::mutex mutex_;       // guards comm_ against shutdown()
   std::shared_ptr<Communicator> comm_;
-  bool configured_ =
-      true;  ///< false until the first reconfigure() of a Start::at_reconfigure group
+  /// False until the first reconfigure() of a Start::at_reconfigure group.
+  bool configured_ = true;
   std::atomic<std::uint64_t> seq_{0};
   std::shared_ptr<StagingPool> pool_ = std::make_shared<StagingPool>();
   std::mutex block_mutex_;  // guards the coalescing block

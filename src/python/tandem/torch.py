@@ -123,8 +123,8 @@ def error_class(code):
 _groups = weakref.WeakSet()
 
 
-def _create(store, rank, size, timeout):
-    pg = _backend.create(store, rank, size, timeout)
+def _create(store, rank, size, timeout, **options):
+    pg = _backend.create(store, rank, size, timeout, **options)
     _groups.add(pg)
     return pg
 
@@ -134,10 +134,8 @@ def _create_extended(opts, backend_options):
     # through dist._reconfigure) and the global ranks that make a process's handle stable.
     ranks = list(opts.global_ranks_in_group or [])
     stable = ranks[opts.group_rank] if opts.group_rank < len(ranks) else opts.group_rank
-    pg = _backend.create(opts.store, opts.group_rank, opts.group_size, opts.timeout,
-                         enable_reconfigure=bool(opts.enable_reconfigure), stable_rank=stable)
-    _groups.add(pg)
-    return pg
+    return _create(opts.store, opts.group_rank, opts.group_size, opts.timeout,
+                   enable_reconfigure=bool(opts.enable_reconfigure), stable_rank=stable)
 
 
 # torch 2.14 and later tell a backend about enable_reconfigure only through the extended form.
