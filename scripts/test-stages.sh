@@ -190,14 +190,12 @@ stage_asan() {
     return
   fi
   t1=$(now)
-  # The collective sweep's 5-rank worlds take the paths of 3 and 4 ranks (odd, and more than
-  # a pair), and its 9-rank world with connections made on demand those of 6 (one such
-  # connection per rank there, two at 9): they run in the main stage only. (ctest's names of
-  # parameterised tests go on with "  # GetParam() = ...": a name ends at a space.)
-  ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:check_initialization_order=1 \
+  # The mp sweeps run lean here (tests/mp/sweep.hpp: a dtype of each width, messages and
+  # chunks an eighth of the size); the main stage checks every value.
+  TANDEM_TEST_SWEEP=lean \
+    ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:check_initialization_order=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    run_ctest asan "$dir" -LE '^(style|install)$' \
-    -E '^.*Collectives\.MatchReferenceOnEveryRank/((shm|tcp|ucx|ucx_tcp)5|tcp9)( |$)'
+    run_ctest asan "$dir" -LE '^(style|install)$'
   summary+=("asan: build $((t1 - t0)) s, tests ${run_s} s")
 }
 
@@ -218,11 +216,11 @@ stage_tsan() {
   # is the communicator's, which the other mp tests cover): they run in the main stage only.
   # So do the collective sweep's larger worlds (4 and 5 ranks; 9 with connections made on
   # demand, whose threads are those of 6) and UCX worlds but 2 ranks over UCX's shared
-  # memory: the threads they start are those of 2 and 3 ranks, and they cost TSan 8 of its
-  # 14 CPU-minutes (the 9-rank world 2.2 more).
+  # memory: the threads they start are those of 2 and 3 ranks. The sweeps that run here run
+  # lean, as under ASan.
   # UCX's memory-event hooks patch mmap/munmap, which ThreadSanitizer intercepts too (every UCX
   # test crashed at exit with both): off here, UCX works without them.
-  UCX_MEM_EVENTS=no TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  TANDEM_TEST_SWEEP=lean UCX_MEM_EVENTS=no TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     run_ctest tsan "$dir" -LE '^(style|install)$' \
     -E '^(Layouts/Hierarchical\.AllreduceMatchesReference|Worlds/RegisteredSweep\.|.*Collectives\.MatchReferenceOnEveryRank/(shm[45]|tcp[459]|ucx[345]|ucx_tcp[2345]))'
   summary+=("tsan: build $((t1 - t0)) s, tests ${run_s} s")

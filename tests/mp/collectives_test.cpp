@@ -62,7 +62,7 @@ TEST_P(Collectives, MatchReferenceOnEveryRank) {
                       transport.c_str(), world, sweep.checks(), sweep.skipped());
         comm->barrier();
       },
-      run_options(transport));
+      run_options(transport, sweep_env()));
   testing::expect_all_ok(exits);
   std::printf("[ %s x%d ] %.1f s\n", transport.c_str(), world,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

@@ -5,16 +5,42 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <stdexcept>
+#include <string_view>
+
 namespace tandem::mptest {
 namespace {
-
-constexpr std::size_t kLarge = (std::size_t{1} << 20) + 3;
 
 std::string_view place(bool inplace) {
   return inplace ? "in-place" : "out-of-place";
 }
 
 }  // namespace
+
+bool lean_sweep() {
+  const char* env = std::getenv("TANDEM_TEST_SWEEP");
+  const std::string_view v = env == nullptr ? "" : env;
+  if (v.empty() || v == "full") return false;
+  if (v == "lean") return true;
+  throw std::invalid_argument(fmt::format("TANDEM_TEST_SWEEP={}: expected 'full' or 'lean'", v));
+}
+
+std::span<const DataType> sweep_types() {
+  static constexpr DataType kWidths[] = {DataType::f64, DataType::f32, DataType::bf16,
+                                         DataType::u8};
+  if (lean_sweep()) return kWidths;
+  return kAllDataTypes;
+}
+
+std::size_t large_count() {
+  return (std::size_t{1} << (lean_sweep() ? 17 : 20)) + 3;
+}
+
+std::vector<std::string> sweep_env() {
+  if (!lean_sweep()) return {};
+  return {"TANDEM_CHUNK_SIZE=128K", "TANDEM_BUFFSIZE=512K"};
+}
 
 Sweep::Sweep(Communicator& comm) : c_(comm), rank_(comm.rank()), world_(comm.size()) {
   const auto w = static_cast<std::size_t>(world_);
@@ -306,11 +332,12 @@ void Sweep::barrier(const std::string& algo) {
 }
 
 void Sweep::small() {
-  const int nd = static_cast<int>(std::size(kAllDataTypes));
+  const auto types = sweep_types();
+  const int nd = static_cast<int>(types.size());
   const auto op_for = [](int a, int b, int c) { return kAllReduceOps[(a + b + c) % 5]; };
   for (const auto& algo : algorithms_of(CollectiveKind::allreduce)) {
     for (int d = 0; d < nd; ++d) {
-      const DataType t = kAllDataTypes[d];
+      const DataType t = types[d];
       for (int k = 0; k < static_cast<int>(counts_.size()); ++k) {
         for (bool ip : {false, true}) {
           if (algo.empty()) {
@@ -326,56 +353,53 @@ void Sweep::small() {
     for (int d = 0; d < nd; ++d)
       for (int k = 0; k < static_cast<int>(counts_.size()); ++k)
         for (bool ip : {false, true})
-          reduce(algo, kAllDataTypes[d], op_for(d, k, ip), counts_[k], roots_[(d + k + ip) % 3],
-                 ip);
+          reduce(algo, types[d], op_for(d, k, ip), counts_[k], roots_[(d + k + ip) % 3], ip);
   }
   for (const auto& algo : algorithms_of(CollectiveKind::reduce_scatter)) {
     for (int d = 0; d < nd; ++d)
       for (int k = 0; k < static_cast<int>(counts_.size()); ++k)
         for (bool ip : {false, true})
-          reduce_scatter(algo, kAllDataTypes[d], op_for(d, k, ip), counts_[k], ip);
+          reduce_scatter(algo, types[d], op_for(d, k, ip), counts_[k], ip);
   }
   for (const auto& algo : algorithms_of(CollectiveKind::broadcast)) {
     for (int d = 0; d < nd; ++d)
       for (int k = 0; k < static_cast<int>(counts_.size()); ++k)
         for (bool ip : {false, true})
-          for (int root : roots_) broadcast(algo, kAllDataTypes[d], counts_[k], root, ip);
+          for (int root : roots_) broadcast(algo, types[d], counts_[k], root, ip);
   }
   for (const auto& algo : algorithms_of(CollectiveKind::allgather)) {
     for (int d = 0; d < nd; ++d)
       for (std::size_t n : counts_)
-        for (bool ip : {false, true}) allgather(algo, kAllDataTypes[d], n, ip);
+        for (bool ip : {false, true}) allgather(algo, types[d], n, ip);
   }
   for (const auto& algo : algorithms_of(CollectiveKind::allgatherv))
     for (int d = 0; d < nd; ++d)
       for (std::size_t n : counts_)
-        for (bool ip : {false, true}) allgatherv(algo, kAllDataTypes[d], n, ip);
+        for (bool ip : {false, true}) allgatherv(algo, types[d], n, ip);
   for (const auto& algo : algorithms_of(CollectiveKind::alltoall))
     for (int d = 0; d < nd; ++d)
       for (std::size_t n : counts_)
-        for (bool ip : {false, true}) alltoall(algo, kAllDataTypes[d], n, ip);
+        for (bool ip : {false, true}) alltoall(algo, types[d], n, ip);
   for (const auto& algo : algorithms_of(CollectiveKind::gather))
     for (int d = 0; d < nd; ++d)
       for (int k = 0; k < static_cast<int>(counts_.size()); ++k)
-        for (bool ip : {false, true})
-          gather(algo, kAllDataTypes[d], counts_[k], roots_[(d + k) % 3], ip);
+        for (bool ip : {false, true}) gather(algo, types[d], counts_[k], roots_[(d + k) % 3], ip);
   for (const auto& algo : algorithms_of(CollectiveKind::scatter))
     for (int d = 0; d < nd; ++d)
       for (int k = 0; k < static_cast<int>(counts_.size()); ++k)
-        for (bool ip : {false, true})
-          scatter(algo, kAllDataTypes[d], counts_[k], roots_[(d + k) % 3], ip);
+        for (bool ip : {false, true}) scatter(algo, types[d], counts_[k], roots_[(d + k) % 3], ip);
   if (world_ > 1) {
     for (int d = 0; d < nd; ++d)
       for (std::size_t n : counts_) {
-        sendrecv(kAllDataTypes[d], n, false);
-        sendrecv(kAllDataTypes[d], n, true);
+        sendrecv(types[d], n, false);
+        sendrecv(types[d], n, true);
       }
   }
   for (const auto& algo : algorithms_of(CollectiveKind::barrier)) barrier(algo);
 }
 
 void Sweep::large() {
-  const std::size_t n = kLarge;
+  const std::size_t n = large_count();
   for (const auto& algo : algorithms_of(CollectiveKind::allreduce)) {
     allreduce(algo, DataType::f32, ReduceOp::sum, n, false);
     allreduce(algo, DataType::bf16, ReduceOp::avg, n, true);

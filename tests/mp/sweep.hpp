@@ -9,10 +9,26 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
 namespace tandem::mptest {
+
+/// TANDEM_TEST_SWEEP=lean (the sanitizer stages set it; unset or "full": the whole sweep):
+/// what ASan and TSan look for depends on how many bytes an algorithm moves and in how many
+/// pieces, not on the values, which the main stage checks in full. So a lean sweep takes
+/// one dtype of each element width (sweep_types()) and messages an eighth of the size, cut
+/// into pieces an eighth of the size (sweep_env()): as many chunks per message and as full a
+/// shared-memory ring as the full sweep. Any other value is an error.
+bool lean_sweep();
+/// Every DataType, or in a lean sweep f64, f32, bf16 and u8.
+std::span<const DataType> sweep_types();
+/// The environment a sweep's ranks need on top of run_options()'s: in a lean sweep, the
+/// pipelining chunk and shared-memory buffer an eighth of their defaults.
+std::vector<std::string> sweep_env();
+/// The sweeps' large count: 1<<20 + 3 (1<<17 + 3 in a lean sweep).
+std::size_t large_count();
 
 class Sweep {
  public:
@@ -20,7 +36,7 @@ class Sweep {
 
   /// Every collective over the small counts {0, 1, 2, 7, 13, world+1, 1031}.
   void small();
-  /// Counts of 1<<20 + 3 (pipelined, fills the shm ring) for every algorithm.
+  /// Counts of large_count() (pipelined, fills the shm ring) for every algorithm.
   void large();
 
   int checks() const { return checks_; }
