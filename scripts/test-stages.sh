@@ -132,45 +132,79 @@ asan_targets() {
 # The torch.distributed backend (tests/python) with .venv's python, torch and pytest, against the
 # main build's package; skipped visibly when that python cannot import torch or pytest.
 PYTHON=${PYTHON:-$PWD/.venv/bin/python}
-# Runs pytest for stage $1 on the paths and options after it and adds up its results.
-run_pytest() {
-  local stage=$1 log="$BUILD_DIR/pytest-$1.log" t0 line n
-  shift
-  t0=$(now)
-  if ! "$PYTHON" -c "import torch.distributed, pytest" 2>/dev/null; then
-    skipped=$((skipped + 1))
-    skips+=("$stage: the whole stage ($PYTHON cannot import torch and pytest)")
-    summary+=("$stage: skipped")
-    return
-  fi
-  TANDEM_BUILD_DIR="$PWD/$BUILD_DIR" "$PYTHON" -m pytest -q -rs -p no:cacheprovider "$@" 2>&1 |
-    tee "$log"
+# True when PYTHON can run stage $1's tests; otherwise counts the stage as skipped.
+pytest_can_run() {
+  "$PYTHON" -c "import torch.distributed, pytest" 2>/dev/null && return 0
+  skipped=$((skipped + 1))
+  skips+=("$1: the whole stage ($PYTHON cannot import torch and pytest)")
+  summary+=("$1: skipped")
+  return 1
+}
+
+pytest_command() {  # paths and options
+  TANDEM_BUILD_DIR="$PWD/$BUILD_DIR" "$PYTHON" -m pytest -q -rs -p no:cacheprovider "$@"
+}
+
+# Adds up the results of stage $1's pytest run from its log.
+count_pytest() {
+  local stage=$1 log="$BUILD_DIR/pytest-$1.log" line
   # pytest's last line: "3 failed, 1100 passed, 2 skipped, 1 error in 30.1s".
   line=$(tail -1 "$log")
   n() { grep -Eo "[0-9]+ $1" <<<"$line" | grep -Eo '^[0-9]+' || echo 0; }
   if ! grep -Eq '[0-9]+ (passed|failed|skipped|errors?)' <<<"$line"; then
     failed=$((failed + 1))
     failures+=("$stage: pytest gave no summary (its output is above)")
-  else
-    passed=$((passed + $(n passed)))
-    failed=$((failed + $(n failed) + $(n 'errors?')))
-    skipped=$((skipped + $(n skipped)))
-    while IFS= read -r name; do failures+=("$stage: $name"); done < <(
-      sed -nE 's/^(FAILED|ERROR) ([^ ]+).*/\2/p' "$log")
-    while IFS= read -r name; do skips+=("$stage: $name"); done < <(
-      sed -nE 's/^SKIPPED \[[0-9]+\] (.*)/\1/p' "$log")
+    return
   fi
+  passed=$((passed + $(n passed)))
+  failed=$((failed + $(n failed) + $(n 'errors?')))
+  skipped=$((skipped + $(n skipped)))
+  while IFS= read -r name; do failures+=("$stage: $name"); done < <(
+    sed -nE 's/^(FAILED|ERROR) ([^ ]+).*/\2/p' "$log")
+  while IFS= read -r name; do skips+=("$stage: $name"); done < <(
+    sed -nE 's/^SKIPPED \[[0-9]+\] (.*)/\1/p' "$log")
+}
+
+# Runs pytest for stage $1 on the paths and options after it and adds up its results.
+run_pytest() {
+  local stage=$1 t0
+  shift
+  t0=$(now)
+  pytest_can_run "$stage" || return
+  pytest_command "$@" 2>&1 | tee "$BUILD_DIR/pytest-$stage.log"
+  count_pytest "$stage"
   summary+=("$stage: tests $(($(now) - t0)) s")
 }
 
+# The frameworks' tests wait much of their time (Ray's cluster, the frameworks' launchers:
+# about one core of two over their run), and so do the python stage's (about half a core):
+# when both stages are asked for, the frameworks' run beside the python stage's, and their
+# output follows it.
+frameworks_pid=
+frameworks_t0=
 stage_python() {
+  if [[ " ${stages[*]} " == *" frameworks "* ]]; then
+    frameworks_t0=$(now)
+    if pytest_can_run frameworks; then
+      pytest_command tests/python/frameworks >"$BUILD_DIR/pytest-frameworks.log" 2>&1 &
+      frameworks_pid=$!
+    fi
+  fi
   run_pytest python tests/python --ignore=tests/python/frameworks
 }
 
 # The training frameworks of scripts/framework-requirements.txt (Lightning, torchft, Ray Train,
 # DeepSpeed) running their own code on backend 'tandem', each against the same run on Gloo.
 stage_frameworks() {
-  run_pytest frameworks tests/python/frameworks
+  if [ -z "$frameworks_t0" ]; then
+    run_pytest frameworks tests/python/frameworks
+    return
+  fi
+  [ -z "$frameworks_pid" ] && return  # pytest_can_run counted it as skipped
+  wait "$frameworks_pid"
+  cat "$BUILD_DIR/pytest-frameworks.log"
+  count_pytest frameworks
+  summary+=("frameworks: tests $(($(now) - frameworks_t0)) s, beside the python stage")
 }
 
 # The library and the ASAN_DIRS tests under AddressSanitizer + UndefinedBehaviorSanitizer.

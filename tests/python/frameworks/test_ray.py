@@ -145,7 +145,7 @@ def test_ray_train_restarts_after_a_worker_is_killed(cluster, tandem_run):
     # controller polled the workers after rank 0 failed, in the controller's reason for the
     # restart. That last part is a race in Ray, not in tandem: rank 0's error reached Ray's log
     # ~40 ms after the raylet saw rank 1 go, and a poll in between restarts on rank 1's death
-    # alone (not seen in 3 runs here, polling every 0.2 s), so it is reported, not asserted.
+    # alone, so which of the two the reason names is reported, not asserted.
     with open(os.path.join(reports[0]["out_dir"], "killed_pid")) as f:
         killed_pid = int(f.read())
     report = re.compile(r"\[PeerLost\] allreduce #\d+ \(f32 x \d+, \w+\) failed: rank 1 "
@@ -165,9 +165,11 @@ def test_ray_train_restarts_after_a_worker_is_killed(cluster, tandem_run):
                 message = json.loads(line).get("message", "")
                 if "[FailurePolicy] RETRY" in message:
                     retries.append(message)
-    # One restart, for the death of the worker whose pid rank 1 wrote.
+    # One restart, for the death of the worker whose pid rank 1 wrote: named Ray's way when
+    # the controller saw the dead worker first, or in tandem's report when it saw rank 0's
+    # error first (which a busy machine makes more likely).
     assert len(retries) == 1, f"Ray's controller retried {len(retries)} times: {retries}"
-    assert f"pid={killed_pid}" in retries[0], retries[0]
     in_controller = bool(report.search(retries[0]))
+    assert f"pid={killed_pid}" in retries[0] or in_controller, retries[0]
     print(f"tandem's PeerLost report naming pid {killed_pid} is in: {sorted(found)}; "
           f"in the controller's reason for the restart: {in_controller}")
