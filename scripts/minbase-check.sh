@@ -70,7 +70,7 @@ cd /mnt/work
 rm -rf /opt/venv
 python3 -m venv /opt/venv
 start=\$(date +%s.%N)
-/opt/venv/bin/pip install -q --no-index --find-links /mnt/wheels "torch==$torch_version"
+/opt/venv/bin/pip install -q --no-compile --no-index --find-links /mnt/wheels "torch==$torch_version"
 mid=\$(date +%s.%N)
 /opt/venv/bin/pip install -q --no-index --find-links /mnt/wheels /mnt/work/$(basename "$wheel")
 end=\$(date +%s.%N)
