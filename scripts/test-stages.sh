@@ -129,6 +129,58 @@ asan_targets() {
   for d in ${ASAN_DIRS//;/ }; do printf 'test_%s ' "${d//\//_}"; done
 }
 
+# The sanitizer and fuzz builds: each stage builds its own (build_<stage>) before its tests,
+# or, when the python stage runs first, they are built one after the other beside it at the
+# lowest CPU priority (nice 19), in the time its tests and the frameworks' leave idle (about a
+# fifth of two cores), and the stage waits for them. Their output is then in
+# <build>-<stage>.build.log, printed when a build fails.
+beside_pid=
+beside=()
+start_builds_beside() {
+  local s after=
+  for s in "${stages[@]}"; do  # the stages after this one
+    case "$s" in
+      python) after=1 ;;
+      asan | tsan | fuzz) [ -n "$after" ] && beside+=("$s") && rm -f "$BUILD_DIR-$s.build.status" ;;
+    esac
+  done
+  [ ${#beside[@]} -eq 0 ] && return
+  (
+    renice -n 19 -p "$BASHPID" >/dev/null
+    for s in "${beside[@]}"; do
+      t0=$(now)
+      if "build_$s" >"$BUILD_DIR-$s.build.log" 2>&1; then r=0; else r=1; fi
+      echo "$r $(($(now) - t0))" >"$BUILD_DIR-$s.build.status"
+    done
+  ) &
+  beside_pid=$!
+}
+
+# Builds stage $1 (or waits for its build beside the python stage) and leaves "N s" or
+# "N s beside the python stage" in build_note; false, counted as a failure, when it failed.
+build_note=
+built() {
+  local s=$1 t0 r secs
+  t0=$(now)
+  if [[ " ${beside[*]} " == *" $s "* ]]; then
+    if [ -n "$beside_pid" ]; then
+      wait "$beside_pid"
+      beside_pid=
+    fi
+    read -r r secs <"$BUILD_DIR-$s.build.status" || r=1
+    build_note="${secs:-?} s beside the python stage (waited $(($(now) - t0)) s)"
+    [ "$r" = 0 ] || tail -40 "$BUILD_DIR-$s.build.log"
+  else
+    "build_$s" && r=0 || r=1
+    build_note="$(($(now) - t0)) s"
+  fi
+  [ "$r" = 0 ] && return 0
+  failed=$((failed + 1))
+  failures+=("$s: the build failed (its output is above)")
+  summary+=("$s: BUILD FAILED")
+  return 1
+}
+
 # The torch.distributed backend (tests/python) with .venv's python, torch and pytest, against the
 # main build's package; skipped visibly when that python cannot import torch or pytest.
 PYTHON=${PYTHON:-$PWD/.venv/bin/python}
@@ -183,6 +235,7 @@ run_pytest() {
 frameworks_pid=
 frameworks_t0=
 stage_python() {
+  start_builds_beside
   if [[ " ${stages[*]} " == *" frameworks "* ]]; then
     frameworks_t0=$(now)
     if pytest_can_run frameworks; then
@@ -210,42 +263,38 @@ stage_frameworks() {
 # The library and the ASAN_DIRS tests under AddressSanitizer + UndefinedBehaviorSanitizer.
 # Without LibTorch (a prebuilt, uninstrumented library, and the largest part of the build),
 # benchmarks, the install test (its consumer is not instrumented) and the style check.
-stage_asan() {
-  local dir="$BUILD_DIR-asan" t0 t1
-  t0=$(now)
+build_asan() {
   # -Werror off: gcc's ASan instrumentation makes it warn falsely inside libstdc++
   # (-Wmaybe-uninitialized in <regex>, -Wstringop-overflow in vector::resize).
-  if ! configure "$dir" -DTANDEM_SANITIZE=address,undefined -DTANDEM_WITH_TORCH=OFF \
+  configure "$BUILD_DIR-asan" -DTANDEM_SANITIZE=address,undefined -DTANDEM_WITH_TORCH=OFF \
     -DTANDEM_BUILD_BENCH=OFF -DTANDEM_WERROR=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$ASAN_OPT" \
-    "-DTANDEM_TEST_DIRS=$ASAN_DIRS" || ! cmake --build "$dir" -j "$JOBS" --target $(asan_targets)
-  then
-    failed=$((failed + 1))
-    summary+=("asan: BUILD FAILED")
-    return
-  fi
-  t1=$(now)
+    "-DTANDEM_TEST_DIRS=$ASAN_DIRS" &&
+    cmake --build "$BUILD_DIR-asan" -j "$JOBS" --target $(asan_targets)
+}
+
+stage_asan() {
+  local dir="$BUILD_DIR-asan"
+  built asan || return
   # The mp sweeps run lean here (tests/mp/sweep.hpp: a dtype of each width, messages and
   # chunks an eighth of the size); the main stage checks every value.
   TANDEM_TEST_SWEEP=lean \
     ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:check_initialization_order=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     run_ctest asan "$dir" -LE '^(style|install)$'
-  summary+=("asan: build $((t1 - t0)) s, tests ${run_s} s")
+  summary+=("asan: build $build_note, tests ${run_s} s")
 }
 
 # The communicator, DDP and store tests (the threaded ones) under ThreadSanitizer.
+build_tsan() {
+  configure "$BUILD_DIR-tsan" -DTANDEM_SANITIZE=thread -DTANDEM_WITH_TORCH=OFF \
+    -DTANDEM_BUILD_BENCH=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$SAN_OPT" \
+    "-DTANDEM_TEST_DIRS=mp;ddp;unit/store" &&
+    cmake --build "$BUILD_DIR-tsan" -j "$JOBS" --target test_mp test_ddp test_unit_store
+}
+
 stage_tsan() {
-  local dir="$BUILD_DIR-tsan" t0 t1
-  t0=$(now)
-  if ! configure "$dir" -DTANDEM_SANITIZE=thread -DTANDEM_WITH_TORCH=OFF -DTANDEM_BUILD_BENCH=OFF \
-    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$SAN_OPT" "-DTANDEM_TEST_DIRS=mp;ddp;unit/store" ||
-    ! cmake --build "$dir" -j "$JOBS" --target test_mp test_ddp test_unit_store
-  then
-    failed=$((failed + 1))
-    summary+=("tsan: BUILD FAILED")
-    return
-  fi
-  t1=$(now)
+  local dir="$BUILD_DIR-tsan"
+  built tsan || return
   # The hierarchical and registered-buffer sweeps check values, not threads (their threading
   # is the communicator's, which the other mp tests cover): they run in the main stage only.
   # So do the collective sweep's larger worlds (4 and 5 ranks; 9 with connections made on
@@ -257,22 +306,23 @@ stage_tsan() {
   TANDEM_TEST_SWEEP=lean UCX_MEM_EVENTS=no TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     run_ctest tsan "$dir" -LE '^(style|install)$' \
     -E '^(Layouts/Hierarchical\.AllreduceMatchesReference|Worlds/RegisteredSweep\.|.*Collectives\.MatchReferenceOnEveryRank/(shm[45]|tcp[459]|ucx[345]|ucx_tcp[2345]))'
-  summary+=("tsan: build $((t1 - t0)) s, tests ${run_s} s")
+  summary+=("tsan: build $build_note, tests ${run_s} s")
 }
 
 # Every libFuzzer target (fuzz/) for FUZZ_SECONDS from its seed corpus; a crash, leak,
 # UB or timeout fails it and leaves the input in $dir/artifacts.
-stage_fuzz() {
-  local dir="$BUILD_DIR-fuzz" t0 t1 clang
+build_fuzz() {
+  local clang
   clang=$(command -v clang++ || command -v clang++-14 || true)
-  t0=$(now)
-  if [ -z "$clang" ] || ! configure "$dir" -DCMAKE_CXX_COMPILER="$clang" -DTANDEM_FUZZ=ON \
+  [ -n "$clang" ] || { echo "fuzz: no clang++ (the fuzzers need clang and libclang-rt-14-dev)"; return 1; }
+  configure "$BUILD_DIR-fuzz" -DCMAKE_CXX_COMPILER="$clang" -DTANDEM_FUZZ=ON \
     -DTANDEM_SANITIZE=address,undefined -DTANDEM_WITH_TORCH=OFF -DTANDEM_BUILD_TESTS=OFF \
-    -DTANDEM_BUILD_BENCH=OFF || ! cmake --build "$dir" -j "$JOBS" --target fuzzers; then
-    failed=$((failed + 1))
-    summary+=("fuzz: BUILD FAILED (needs clang and libclang-rt-14-dev)")
-    return
-  fi
+    -DTANDEM_BUILD_BENCH=OFF && cmake --build "$BUILD_DIR-fuzz" -j "$JOBS" --target fuzzers
+}
+
+stage_fuzz() {
+  local dir="$BUILD_DIR-fuzz" t1
+  built fuzz || return
   t1=$(now)
   mkdir -p "$dir/artifacts"
   # JOBS fuzzers at a time (each is one process), then their results in name order.
@@ -306,7 +356,7 @@ stage_fuzz() {
       grep -E -A30 "^==[0-9]+==ERROR|runtime error|deadly signal" "$dir/$name.log" | head -60
     fi
   done
-  summary+=("fuzz: build $((t1 - t0)) s, runs $(($(now) - t1)) s")
+  summary+=("fuzz: build $build_note, runs $(($(now) - t1)) s")
 }
 
 for s in "${stages[@]}"; do
