@@ -70,6 +70,8 @@ cd /mnt/work
 rm -rf /opt/venv
 python3 -m venv /opt/venv
 start=\$(date +%s.%N)
+# --no-compile: byte-compiling all of torch is half its install; in this root (env -i) Python
+# writes the bytecode of what it imports at the first import.
 /opt/venv/bin/pip install -q --no-compile --no-index --find-links /mnt/wheels "torch==$torch_version"
 mid=\$(date +%s.%N)
 /opt/venv/bin/pip install -q --no-index --find-links /mnt/wheels /mnt/work/$(basename "$wheel")

@@ -32,9 +32,7 @@ stamp="$VENV/.tandem-requirements"
 want=$(cat "$req"; if command -v nvcc >/dev/null; then echo "$NCCL_WHEEL"; fi)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "tandem: installing Python packages into $VENV ($(grep -v '^#' "$req" | tr '\n' ' '))" >&2
-  # --no-compile: byte-compiling every module of torch at install is half its install time;
-  # Python compiles what it imports, once, at the first import.
-  "$py" -m pip install -q --no-compile -r "$req" >&2
+  "$py" -m pip install -q -r "$req" >&2
   if command -v nvcc >/dev/null && ! [ -e "$(dirname "$(command -v nvcc)")/../include/nccl.h" ]; then
     "$py" -m pip install -q "$NCCL_WHEEL" >&2
   fi
@@ -51,7 +49,7 @@ if [ "${FRAMEWORKS:-0}" = 1 ] && [ "$(cat "$fstamp" 2>/dev/null)" != "$(cat "$fr
   grep -E '^torch==' "$req" >"$pin"
   # DeepSpeed builds from its sdist against the venv's torch (no isolated build, which would
   # download another torch) and with its C++/CUDA ops left to build at first use (none here).
-  DS_BUILD_OPS=0 "$py" -m pip install -q --no-compile --no-build-isolation -c "$pin" -r "$freq" >&2
+  DS_BUILD_OPS=0 "$py" -m pip install -q --no-build-isolation -c "$pin" -r "$freq" >&2
   rm -f "$pin"
   cat "$freq" "$req" >"$fstamp"
 fi

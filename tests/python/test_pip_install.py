@@ -59,9 +59,7 @@ def venv():
     run([sys.executable, "-m", "venv", d], timeout=120)
     py = d / "bin" / "python"
     version = torch.__version__.split("+")[0]
-    # --no-compile: byte-compiling all of torch is half of its install; what runs compiles
-    # what it imports.
-    run([py, "-m", "pip", "install", "-q", "--no-compile", f"torch=={version}"], timeout=900)
+    run([py, "-m", "pip", "install", "-q", f"torch=={version}"], timeout=900)
     shutil.rmtree(PIP_BUILD, ignore_errors=True)  # a build of its own, as a user's is
     # The main build's compiler, type and warnings, so that its compiler commands are the same
     # (ccache then has its objects). The CUDA backend, which make build compiles, is left out
