@@ -76,5 +76,5 @@ fuzz: deps
 clean:
 	rm -rf $(BUILD_DIR) $(BUILD_DIR).configure.log
 	rm -rf $(BUILD_DIR)-asan $(BUILD_DIR)-tsan $(BUILD_DIR)-fuzz
-	rm -f $(BUILD_DIR)-asan.configure.log $(BUILD_DIR)-tsan.configure.log \
-	  $(BUILD_DIR)-fuzz.configure.log
+	rm -f $(foreach s,asan tsan fuzz,$(BUILD_DIR)-$(s).configure.log $(BUILD_DIR)-$(s).build.log \
+	  $(BUILD_DIR)-$(s).build.status)
