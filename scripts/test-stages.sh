@@ -11,7 +11,8 @@
 # python: the torch.distributed backend's tests (tests/python, pytest) against the main build;
 # frameworks: tests/python/frameworks, the training frameworks on the backend.
 #
-# Environment: BUILD_DIR (build), JOBS (2), BUILD_TYPE, WERROR, FUZZ_SECONDS (20 per fuzzer).
+# Environment: BUILD_DIR (build), JOBS (2), BUILD_TYPE, WERROR, FUZZ_SECONDS (20 per fuzzer),
+# BESIDE (1; 0: no stage's tests or builds run beside the python stage's, below).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -137,6 +138,7 @@ asan_targets() {
 beside_pid=
 beside=()
 start_builds_beside() {
+  [ "${BESIDE:-1}" = 1 ] || return 0
   local s after=
   for s in "${stages[@]}"; do  # the stages after this one
     case "$s" in
@@ -236,7 +238,7 @@ frameworks_pid=
 frameworks_t0=
 stage_python() {
   start_builds_beside
-  if [[ " ${stages[*]} " == *" frameworks "* ]]; then
+  if [ "${BESIDE:-1}" = 1 ] && [[ " ${stages[*]} " == *" frameworks "* ]]; then
     frameworks_t0=$(now)
     if pytest_can_run frameworks; then
       pytest_command tests/python/frameworks >"$BUILD_DIR/pytest-frameworks.log" 2>&1 &
