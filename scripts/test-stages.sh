@@ -132,9 +132,9 @@ asan_targets() {
 
 # The sanitizer and fuzz builds: each stage builds its own (build_<stage>) before its tests,
 # or, when the python stage runs first, they are built one after the other beside it at the
-# lowest CPU priority (nice 19), in the time its tests and the frameworks' leave idle (about a
-# fifth of two cores), and the stage waits for them. Their output is then in
-# <build>-<stage>.build.log, printed when a build fails.
+# lowest CPU priority (nice 19), in the time its tests and the frameworks' leave idle, and
+# the stage waits for them. Their output is then in <build>-<stage>.build.log, printed when a
+# build fails.
 beside_pid=
 beside=()
 start_builds_beside() {

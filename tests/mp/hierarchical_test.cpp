@@ -64,18 +64,18 @@ TEST_P(Hierarchical, AllreduceMatchesReferenceOnEveryRank) {
         Sweep sweep(*comm);
         const std::size_t w = static_cast<std::size_t>(ctx.size);
         const std::vector<std::size_t> counts{0, 1, 2, 7, 13, w - 1, w + 1, 3 * w + 2, 1031, 4099};
+        const std::size_t prime = lean_sweep() ? 162473 : 1299709;
         for (const std::string algo : {"", "hierarchical"}) {
           for (DataType t : sweep_types())
             for (ReduceOp op : kAllReduceOps)
               for (std::size_t n : counts)
                 for (bool inplace : {false, true}) sweep.allreduce(algo, t, op, n, inplace);
           // Pipelined: several chunks per block in every phase, and a prime count.
-          for (std::size_t n : {large_count(), std::size_t{lean_sweep() ? 162473u : 1299709u}})
+          for (std::size_t n : {large_count(), prime})
             for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max})
               sweep.allreduce(algo, DataType::f32, op, n, n % 2 == 0);
           sweep.allreduce(algo, DataType::bf16, ReduceOp::sum, large_count(), false);
-          sweep.allreduce(algo, DataType::i64, ReduceOp::prod, lean_sweep() ? 162473 : 1299709,
-                          true);
+          sweep.allreduce(algo, DataType::i64, ReduceOp::prod, prime, true);
         }
         auto store = ctx.store();
         store->set(fmt::format("hash/{}", ctx.rank), std::to_string(sweep.shared_hash()));
